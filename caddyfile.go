@@ -1,0 +1,170 @@
+package sessionkeeping
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
+
+	"github.com/sessionkeeping/caddy-session-keeping/session"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("session_keeping", parseHandler)
+	// After the authentication directives, so {http.auth.user.id} is known
+	// for the scope; before handle and route, so one site-level
+	// session_keeping covers every reverse_proxy of the site.
+	httpcaddyfile.RegisterDirectiveOrder("session_keeping", httpcaddyfile.Before, "invoke")
+}
+
+func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var sk Handler
+	err := sk.UnmarshalCaddyfile(h.Dispenser)
+	return &sk, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	session_keeping [<matcher>] {
+//	    auto_detect   on|off
+//	    builtin_rules on|off
+//	    header        <name> [session-uuid]
+//	    body_field    <gjson.path> [session-uuid]
+//	    order         headers|body|auto...
+//	    scope         <placeholder or literal>...
+//	    max_body      <size>
+//	    record_ids    hashed|raw
+//	}
+//
+// header and body_field may be repeated.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		switch opt {
+		case "auto_detect", "builtin_rules":
+			on, err := parseOnOff(d)
+			if err != nil {
+				return err
+			}
+			if opt == "auto_detect" {
+				h.AutoDetect = &on
+			} else {
+				h.BuiltinRules = &on
+			}
+
+		case "header", "body_field":
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return d.Errf("%s: want <name> [session-uuid], got %d arguments", opt, len(args))
+			}
+			sc := SignalConfig{Name: args[0]}
+			if len(args) == 2 {
+				sc.Transform = args[1]
+			}
+			t, err := session.ParseTransform(sc.Transform)
+			if err != nil {
+				return d.Errf("%s %s: %v", opt, sc.Name, err)
+			}
+			if opt == "header" {
+				if _, err := session.HeaderSignal(sc.Name, t); err != nil {
+					return d.Errf("header: %v", err)
+				}
+				h.Headers = append(h.Headers, sc)
+			} else {
+				if _, err := session.BodySignal(sc.Name, t); err != nil {
+					return d.Errf("body_field: %v", err)
+				}
+				h.BodyFields = append(h.BodyFields, sc)
+			}
+
+		case "order":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Err("order: want one or more of headers, body, auto")
+			}
+			seen := map[string]bool{}
+			for _, a := range args {
+				if _, err := session.ParseKind(a); err != nil {
+					return d.Errf("order: %v", err)
+				}
+				if seen[a] {
+					return d.Errf("order: %s appears twice", a)
+				}
+				seen[a] = true
+			}
+			h.Order = args
+
+		case "scope":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Err("scope: want one or more placeholders or literals")
+			}
+			h.Scope = args
+
+		case "max_body":
+			if !d.NextArg() {
+				return d.Err("max_body: want a size")
+			}
+			size, err := humanize.ParseBytes(d.Val())
+			if err != nil {
+				return d.Errf("max_body: bad size %q: %v", d.Val(), err)
+			}
+			if size == 0 || size > 1<<40 {
+				return d.Errf("max_body: size %q out of range", d.Val())
+			}
+			h.MaxBody = int64(size)
+			if d.NextArg() {
+				return d.Err("max_body: too many arguments")
+			}
+
+		case "record_ids":
+			if !d.NextArg() {
+				return d.Err("record_ids: want hashed or raw")
+			}
+			switch v := d.Val(); v {
+			case "hashed", "raw":
+				h.RecordIDs = v
+			default:
+				return d.Errf("record_ids: want hashed or raw, got %q", v)
+			}
+			if d.NextArg() {
+				return d.Err("record_ids: too many arguments")
+			}
+
+		default:
+			return d.Errf("unrecognized session_keeping option %q", opt)
+		}
+	}
+	return nil
+}
+
+// parseOnOff reads the single on|off argument of the current option.
+func parseOnOff(d *caddyfile.Dispenser) (bool, error) {
+	opt := d.Val()
+	if !d.NextArg() {
+		return false, d.Errf("%s: want on or off", opt)
+	}
+	v := d.Val()
+	if d.NextArg() {
+		return false, d.Errf("%s: too many arguments", opt)
+	}
+	switch v {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	if b, err := strconv.ParseBool(v); err == nil {
+		return b, nil
+	}
+	return false, d.Errf("%s: want on or off, got %q", opt, v)
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

@@ -1,0 +1,255 @@
+// Package sessionkeeping is a Caddy plugin for LLM gateways: it recognises
+// which requests belong to one conversation or agent task (a session) and
+// keeps that session on the upstream that served it.
+//
+// This file holds the session_keeping HTTP handler, which resolves the
+// session of each request and hands it to the rest of the route.
+package sessionkeeping
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/sessionkeeping/caddy-session-keeping/session"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// DefaultScope is the scope used when none is configured: the authenticated
+// user, so that one tenant cannot steer or collide with another by reusing a
+// session id. It is empty when the site has no authentication.
+var DefaultScope = []string{"{http.auth.user.id}"}
+
+// Handler identifies the session of a request from client headers, JSON
+// body fields or a fingerprint of the conversation's opening, and stores it
+// in the request context for `lb_policy session_sticky`. It sets the
+// `{http.session.*}` placeholders and the access-log fields `session` and
+// `session_source`.
+//
+// The handler never rejects a request because of its session signals, and
+// the next handler always receives exactly the bytes the client sent. Only a
+// body that cannot be read (the client went away, or `request_body
+// max_size` was exceeded) ends the request, with that error.
+type Handler struct {
+	// Whether requests without an explicit session id get one from a
+	// fingerprint of the conversation opening (model, system prompt, tools,
+	// messages through the first user turn). Default: true.
+	AutoDetect *bool `json:"auto_detect,omitempty"`
+
+	// Whether the built-in registry of client headers and body fields is
+	// used. Default: true.
+	BuiltinRules *bool `json:"builtin_rules,omitempty"`
+
+	// Extra request headers that carry a session id, tried in this order
+	// before the built-in headers. Credential-bearing headers (such as
+	// Authorization or X-Api-Key) are refused.
+	Headers []SignalConfig `json:"headers,omitempty"`
+
+	// Extra JSON body fields (gjson paths; only string values count) that
+	// carry a session id, tried in this order before the built-in fields.
+	BodyFields []SignalConfig `json:"body_fields,omitempty"`
+
+	// The signal kinds to try, in order: any of "headers", "body", "auto".
+	// A kind left out is not used. Default: ["headers", "body", "auto"].
+	Order []string `json:"order,omitempty"`
+
+	// The scope of session ids: placeholders or literals whose values are
+	// hashed together with the id into the session key, so the same id
+	// under two scopes is two sessions. Default: ["{http.auth.user.id}"].
+	Scope []string `json:"scope,omitempty"`
+
+	// The largest request body read to find a session, in bytes. A larger
+	// body streams through untouched and only headers are used.
+	// Default: 33554432 (32 MiB).
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	// How session ids appear in logs: "hashed" (only the session key) or
+	// "raw" (also the id as the client sent it, as `session_id`).
+	// Default: "hashed".
+	RecordIDs string `json:"record_ids,omitempty"`
+
+	resolver *session.Resolver
+	logRaw   bool
+}
+
+// SignalConfig names one user-added session signal.
+type SignalConfig struct {
+	// The header name, or the gjson path of the body field.
+	Name string `json:"name"`
+
+	// An optional transform of the value: "session-uuid" extracts the
+	// session part of a Claude Code user id (legacy
+	// `user_…_account_…_session_<uuid>` or the JSON-string form); a value
+	// with no session part does not match.
+	Transform string `json:"transform,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.session_keeping",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision builds the resolver from the configuration.
+func (h *Handler) Provision(_ caddy.Context) error {
+	cfg, err := h.resolverConfig()
+	if err != nil {
+		return err
+	}
+	h.resolver, err = session.NewResolver(cfg)
+	if err != nil {
+		return err
+	}
+	if h.Scope == nil {
+		h.Scope = DefaultScope
+	}
+	h.logRaw = h.RecordIDs == "raw"
+	return nil
+}
+
+// resolverConfig translates the JSON configuration; its errors name the
+// option at fault.
+func (h *Handler) resolverConfig() (session.Config, error) {
+	cfg := session.Config{
+		BuiltinRules: h.BuiltinRules == nil || *h.BuiltinRules,
+		AutoDetect:   h.AutoDetect == nil || *h.AutoDetect,
+		MaxBody:      h.MaxBody,
+	}
+	for _, sc := range h.Headers {
+		t, err := session.ParseTransform(sc.Transform)
+		if err != nil {
+			return cfg, fmt.Errorf("header %s: %v", sc.Name, err)
+		}
+		s, err := session.HeaderSignal(sc.Name, t)
+		if err != nil {
+			return cfg, fmt.Errorf("header: %v", err)
+		}
+		cfg.Headers = append(cfg.Headers, s)
+	}
+	for _, sc := range h.BodyFields {
+		t, err := session.ParseTransform(sc.Transform)
+		if err != nil {
+			return cfg, fmt.Errorf("body_field %s: %v", sc.Name, err)
+		}
+		s, err := session.BodySignal(sc.Name, t)
+		if err != nil {
+			return cfg, fmt.Errorf("body_field: %v", err)
+		}
+		cfg.BodyFields = append(cfg.BodyFields, s)
+	}
+	for _, name := range h.Order {
+		k, err := session.ParseKind(name)
+		if err != nil {
+			return cfg, fmt.Errorf("order: %v", err)
+		}
+		cfg.Order = append(cfg.Order, k)
+	}
+	if h.MaxBody < 0 {
+		return cfg, fmt.Errorf("max_body: must not be negative, got %d", h.MaxBody)
+	}
+	return cfg, nil
+}
+
+// Validate checks the options that Provision does not need to build the
+// resolver.
+func (h *Handler) Validate() error {
+	switch h.RecordIDs {
+	case "", "hashed", "raw":
+	default:
+		return fmt.Errorf("record_ids: want hashed or raw, got %q", h.RecordIDs)
+	}
+	return nil
+}
+
+// ServeHTTP resolves the session, publishes it and calls the next handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+
+	var scopeBuf [4]string
+	scope := scopeBuf[:0]
+	for _, s := range h.Scope {
+		scope = append(scope, repl.ReplaceAll(s, ""))
+	}
+
+	res, err := h.resolver.Resolve(r, scope)
+	if err != nil {
+		return caddyhttp.Error(bodyErrorStatus(err), err)
+	}
+
+	var s *session.Session
+	if res.Found {
+		s = &res.Session
+		r = r.WithContext(session.NewContext(r.Context(), s))
+		if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
+			extra.Add(zap.Stringer("session", s.Key))
+			extra.Add(zap.String("session_source", s.Source))
+			if h.logRaw {
+				extra.Add(zap.String("session_id", s.ID))
+			}
+		}
+	}
+	repl.Map(placeholders(s, res.Model))
+
+	return next.ServeHTTP(w, r)
+}
+
+// bodyErrorStatus maps a failed body read to the status the client gets:
+// 413 when request_body max_size was exceeded, else 400.
+func bodyErrorStatus(err error) int {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusBadRequest
+}
+
+// placeholderPrefix is the namespace of the handler's placeholders.
+const placeholderPrefix = "http.session."
+
+// placeholders returns the replacer function for {http.session.*}. Values
+// are computed when a placeholder is used, not for every request. Without a
+// session every placeholder is known and empty, except the model, which is
+// known whenever the body was read.
+func placeholders(s *session.Session, model string) caddy.ReplacerFunc {
+	return func(key string) (any, bool) {
+		name, ok := strings.CutPrefix(key, placeholderPrefix)
+		if !ok {
+			return nil, false
+		}
+		switch name {
+		case "model":
+			return model, true
+		case "id", "key", "source":
+		default:
+			return nil, false
+		}
+		if s == nil {
+			return "", true
+		}
+		switch name {
+		case "id":
+			return s.ID, true
+		case "key":
+			return s.Key.String(), true
+		default:
+			return s.Source, true
+		}
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,49 @@
+// Package session identifies the conversation (session) an LLM API request
+// belongs to: from client headers, from JSON body fields, or from a
+// fingerprint of the conversation's opening. It is plain Go with no Caddy
+// imports so that it can be tested and benchmarked on its own.
+package session
+
+import (
+	"context"
+	"encoding/hex"
+)
+
+// Key is the scoped identity of a session: a hash of the scope values and the
+// session id. It is what pins, logs and metrics use in place of the raw id,
+// which may be a credential-like value chosen by the client.
+type Key [16]byte
+
+// String returns the key as 32 lowercase hex digits.
+func (k Key) String() string { return hex.EncodeToString(k[:]) }
+
+// IsZero reports whether k is the zero key (no session).
+func (k Key) IsZero() bool { return k == Key{} }
+
+// Session is the result of resolving one request.
+type Session struct {
+	// ID is the session id as the client sent it (after validation and
+	// transform), or "auto-" followed by 32 hex digits for a fingerprint.
+	ID string
+	// Key is the hash of (scope, ID).
+	Key Key
+	// Source names the signal that matched: "header:<Name>", "body:<path>"
+	// or "auto".
+	Source string
+	// Model is the top-level "model" field of a JSON body (or, for Gemini,
+	// the model in the request path); empty when the body was not read.
+	Model string
+}
+
+type ctxKey struct{}
+
+// NewContext returns a copy of ctx carrying s.
+func NewContext(ctx context.Context, s *Session) context.Context {
+	return context.WithValue(ctx, ctxKey{}, s)
+}
+
+// FromContext returns the session stored by NewContext, or nil.
+func FromContext(ctx context.Context) *Session {
+	s, _ := ctx.Value(ctxKey{}).(*Session)
+	return s
+}
