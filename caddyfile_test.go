@@ -1,0 +1,234 @@
+package sessionkeeping
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+func parse(t *testing.T, input string) (*Handler, error) {
+	t.Helper()
+	var h Handler
+	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(input))
+	return &h, err
+}
+
+func TestUnmarshalCaddyfileEveryOption(t *testing.T) {
+	h, err := parse(t, `session_keeping {
+		auto_detect   off
+		builtin_rules false
+		header        X-My-Session
+		header        X-Claude-User session-uuid
+		body_field    metadata.session
+		body_field    user.id session-uuid
+		order         body headers
+		scope         {http.auth.user.id} {header.X-Tenant} fixed
+		max_body      4MiB
+		record_ids    raw
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := false
+	want := &Handler{
+		AutoDetect:   &f,
+		BuiltinRules: &f,
+		Headers:      []SignalConfig{{Name: "X-My-Session"}, {Name: "X-Claude-User", Transform: "session-uuid"}},
+		BodyFields:   []SignalConfig{{Name: "metadata.session"}, {Name: "user.id", Transform: "session-uuid"}},
+		Order:        []string{"body", "headers"},
+		Scope:        []string{"{http.auth.user.id}", "{header.X-Tenant}", "fixed"},
+		MaxBody:      4 << 20,
+		RecordIDs:    "raw",
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("got  %+v\nwant %+v", h, want)
+	}
+
+	// No block at all is valid: every default.
+	h, err = parse(t, `session_keeping`)
+	if err != nil || !reflect.DeepEqual(h, &Handler{}) {
+		t.Fatalf("bare directive: %+v, %v", h, err)
+	}
+}
+
+func TestUnmarshalCaddyfileErrors(t *testing.T) {
+	tests := []struct{ input, wantInError string }{
+		{`session_keeping extra`, "wrong argument count"},
+		{"session_keeping {\nbogus 1\n}", `"bogus"`},
+		{"session_keeping {\nauto_detect maybe\n}", "auto_detect"},
+		{"session_keeping {\nauto_detect\n}", "auto_detect"},
+		{"session_keeping {\nbuiltin_rules on off\n}", "builtin_rules"},
+		{"session_keeping {\nheader\n}", "header"},
+		{"session_keeping {\nheader Authorization\n}", "Authorization"},
+		{"session_keeping {\nheader x-api-key\n}", "X-Api-Key"},
+		{"session_keeping {\nheader Cookie\n}", "Cookie"},
+		{"session_keeping {\nheader X-S uuid\n}", "header X-S"},
+		{"session_keeping {\nheader X-S session-uuid more\n}", "header"},
+		{"session_keeping {\nbody_field\n}", "body_field"},
+		{"session_keeping {\nbody_field a.b lowercase\n}", "body_field a.b"},
+		{"session_keeping {\norder\n}", "order"},
+		{"session_keeping {\norder headers cookies\n}", "order"},
+		{"session_keeping {\norder body body\n}", "order"},
+		{"session_keeping {\nscope\n}", "scope"},
+		{"session_keeping {\nmax_body\n}", "max_body"},
+		{"session_keeping {\nmax_body lots\n}", "max_body"},
+		{"session_keeping {\nmax_body 0\n}", "max_body"},
+		{"session_keeping {\nmax_body 1MB 2MB\n}", "max_body"},
+		{"session_keeping {\nrecord_ids plain\n}", "record_ids"},
+		{"session_keeping {\nrecord_ids\n}", "record_ids"},
+	}
+	for _, tc := range tests {
+		_, err := parse(t, tc.input)
+		if err == nil {
+			t.Errorf("%s: no error", tc.input)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.wantInError) {
+			t.Errorf("%s: error %q does not name %q", tc.input, err, tc.wantInError)
+		}
+	}
+}
+
+// adaptHandler adapts a Caddyfile and returns the raw JSON of the first
+// session_keeping handler in it.
+func adaptHandler(t *testing.T, caddyfile string) json.RawMessage {
+	t.Helper()
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Routes []struct {
+						Handle []json.RawMessage `json:"handle"`
+					} `json:"routes"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var found []json.RawMessage
+	var walk func(raw json.RawMessage)
+	walk = func(raw json.RawMessage) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) == nil {
+			if string(m["handler"]) == `"session_keeping"` {
+				found = append(found, raw)
+			}
+			for _, v := range m {
+				walk(v)
+			}
+			return
+		}
+		var a []json.RawMessage
+		if json.Unmarshal(raw, &a) == nil {
+			for _, v := range a {
+				walk(v)
+			}
+		}
+	}
+	walk(out)
+	if len(found) == 0 {
+		t.Fatalf("no session_keeping handler in\n%s", out)
+	}
+	return found[0]
+}
+
+func TestAdaptRoundTrip(t *testing.T) {
+	raw := adaptHandler(t, `:8080 {
+	route {
+		reverse_proxy 127.0.0.1:9001
+	}
+	session_keeping {
+		auto_detect off
+		builtin_rules on
+		header X-My-Session session-uuid
+		body_field metadata.session
+		order body headers
+		scope {header.X-Tenant}
+		max_body 1MB
+		record_ids raw
+	}
+}`)
+	var h Handler
+	if err := json.Unmarshal(raw, &h); err != nil {
+		t.Fatal(err)
+	}
+	type withName struct {
+		Name string `json:"handler"`
+		*Handler
+	}
+	again, err := json.Marshal(withName{"session_keeping", &h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	json.Unmarshal(raw, &a)
+	json.Unmarshal(again, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("round trip differs:\nadapted %s\nre-marshalled %s", raw, again)
+	}
+	if h.MaxBody != 1000000 || *h.AutoDetect || !*h.BuiltinRules {
+		t.Fatalf("decoded %+v", h)
+	}
+}
+
+func TestDirectiveOrder(t *testing.T) {
+	// No order option is needed, and session_keeping runs before route,
+	// handle and reverse_proxy, after basic_auth.
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(`:8080 {
+	reverse_proxy 127.0.0.1:9001
+	handle /x {
+		respond "x"
+	}
+	session_keeping
+	basic_auth /private/* {
+		u $2a$14$Zkx19XLiW6VYouLHR5NmfOFU0z2GTNmpkT/5qqR7hx4IjWJPDhjvG
+	}
+}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	auth, sk, handle, proxy := strings.Index(s, `"authentication"`), strings.Index(s, `"session_keeping"`), strings.Index(s, `"body":"x"`), strings.Index(s, `"reverse_proxy"`)
+	if !(auth >= 0 && auth < sk && sk < handle && handle < proxy) {
+		t.Fatalf("directive order wrong (auth %d, session_keeping %d, handle %d, proxy %d):\n%s", auth, sk, handle, proxy, s)
+	}
+}
+
+func TestProvisionErrorsNameTheOption(t *testing.T) {
+	tests := []struct {
+		h    Handler
+		want string
+	}{
+		{Handler{Headers: []SignalConfig{{Name: "Proxy-Authorization"}}}, "header"},
+		{Handler{Headers: []SignalConfig{{Name: "X-S", Transform: "nope"}}}, "header X-S"},
+		{Handler{BodyFields: []SignalConfig{{Name: ""}}}, "body_field"},
+		{Handler{Order: []string{"everything"}}, "order"},
+		{Handler{MaxBody: -5}, "max_body"},
+	}
+	for _, tc := range tests {
+		err := tc.h.Provision(caddy.Context{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one naming %q", tc.h, err, tc.want)
+		}
+	}
+	bad := Handler{RecordIDs: "sometimes"}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "record_ids") {
+		t.Errorf("Validate: %v", err)
+	}
+	off := false
+	none := Handler{AutoDetect: &off, BuiltinRules: &off}
+	if err := none.Provision(caddy.Context{}); err == nil {
+		t.Error("a handler with no signal at all was accepted")
+	}
+}
