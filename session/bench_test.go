@@ -1,0 +1,116 @@
+package session
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// claudeSizedBody returns a Claude Code-shaped request body of about size
+// bytes: model, a growing messages array, system blocks, tools, and (when
+// withMetadata) metadata.user_id after all of them.
+func claudeSizedBody(size int, withMetadata bool) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"claude-sonnet-4-5","messages":[`)
+	turn := 0
+	for b.Len() < size-2048 {
+		if turn > 0 {
+			b.WriteByte(',')
+		}
+		role := "user"
+		if turn%2 == 1 {
+			role = "assistant"
+		}
+		fmt.Fprintf(&b, `{"role":%q,"content":[{"type":"text","text":"Turn %d: %s"}]}`, role, turn,
+			strings.Repeat(`func main() {\n\tfmt.Println(\"hello, world\")\n}\n`, 40))
+		turn++
+	}
+	b.WriteString(`],"system":[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.328.593; cc_entrypoint=sdk-cli; cch=9f3a;"},` +
+		`{"type":"text","text":"You are Claude Code, an interactive CLI tool.","cache_control":{"type":"ephemeral"}}],` +
+		`"tools":[{"name":"Bash","description":"Run a command","input_schema":{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}}]`)
+	if withMetadata {
+		b.WriteString(`,"metadata":{"user_id":"{\"device_id\":\"` + strings.Repeat("ab", 32) + `\",\"account_uuid\":\"\",\"session_id\":\"` + ccUUID + `\"}"}`)
+	}
+	b.WriteString(`,"max_tokens":32000,"thinking":{"type":"enabled","budget_tokens":31999},"stream":true}`)
+	return b.Bytes()
+}
+
+// benchRequest is a reusable POST whose body is reset before each use, so
+// the benchmark measures resolution and not request construction.
+type benchRequest struct {
+	req  *http.Request
+	body []byte
+	rd   bytes.Reader
+	rc   io.ReadCloser
+}
+
+func newBenchRequest(path string, body []byte, headers ...string) *benchRequest {
+	br := &benchRequest{body: body}
+	br.req = &http.Request{Method: http.MethodPost, URL: &url.URL{Path: path}, Header: http.Header{}}
+	br.req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		br.req.Header.Set(headers[i], headers[i+1])
+	}
+	br.rc = io.NopCloser(&br.rd)
+	return br
+}
+
+func (br *benchRequest) reset() *http.Request {
+	br.rd.Reset(br.body)
+	br.req.Body = br.rc
+	br.req.ContentLength = int64(len(br.body))
+	return br.req
+}
+
+func benchResolve(b *testing.B, br *benchRequest, wantSource string) {
+	r := newResolver(b, defaultConfig)
+	scope := []string{"user-1"}
+	res, err := r.Resolve(br.reset(), scope)
+	if err != nil || res.Source != wantSource {
+		b.Fatalf("resolved %+v, %v; want source %s", res, err, wantSource)
+	}
+	b.SetBytes(int64(len(br.body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r.Resolve(br.reset(), scope)
+	}
+}
+
+func BenchmarkResolveHeader(b *testing.B) {
+	br := newBenchRequest("/v1/messages", claudeSizedBody(50<<10, true), "X-Claude-Code-Session-Id", ccUUID)
+	benchResolve(b, br, "header:X-Claude-Code-Session-Id")
+}
+
+func BenchmarkResolveMetadataUserID50KiB(b *testing.B) {
+	benchResolve(b, newBenchRequest("/v1/messages", claudeSizedBody(50<<10, true)), "body:metadata.user_id")
+}
+
+func BenchmarkResolveAuto16KiB(b *testing.B) {
+	benchResolve(b, newBenchRequest("/v1/messages", claudeSizedBody(16<<10, false)), "auto")
+}
+
+func BenchmarkResolveAuto1MiB(b *testing.B) {
+	benchResolve(b, newBenchRequest("/v1/messages", claudeSizedBody(1<<20, false)), "auto")
+}
+
+// benchCopy is the baseline: reading the same body into a new buffer of its
+// size, the read that any body-based resolution cannot avoid.
+func benchCopy(b *testing.B, body []byte) {
+	br := newBenchRequest("/v1/messages", body)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		req := br.reset()
+		buf := make([]byte, req.ContentLength)
+		io.ReadFull(req.Body, buf)
+	}
+}
+
+func BenchmarkCopyBody50KiB(b *testing.B) { benchCopy(b, claudeSizedBody(50<<10, true)) }
+func BenchmarkCopyBody16KiB(b *testing.B) { benchCopy(b, claudeSizedBody(16<<10, false)) }
+func BenchmarkCopyBody1MiB(b *testing.B)  { benchCopy(b, claudeSizedBody(1<<20, false)) }

@@ -1,0 +1,861 @@
+package session
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// This file derives a session id from the opening of a conversation, for
+// clients that send no session header or body field.
+//
+// The id must be the same for every request of one conversation, although
+// each request carries more turns than the one before, and the same request
+// may be re-serialised by a proxy or SDK on the way. So the fingerprint covers
+// only what a conversation fixes at its start (model, system part, tools, the
+// items through the first user turn), and hashes JSON by meaning, not by
+// bytes: whitespace is ignored, object members are combined in an
+// order-independent way, strings are hashed as decoded text, numbers as
+// values. Two things that vary per request without changing the conversation
+// are left out on purpose: "cache_control" markers (clients move them to the
+// newest turn) and Claude Code's x-anthropic-billing-header system line (it
+// may carry a per-request token).
+//
+// Each part is reduced to a 64-bit structural hash (xxhash plus a mixer);
+// the parts, the scope values and the model then go through SHA-256, so the
+// id reveals nothing about the prompt and cannot be steered from one scope
+// into another.
+
+// fingerprintFields lists the top-level members that fingerprint and modelOf
+// read. The resolver adds these names to the set a body skim collects.
+var fingerprintFields = []string{
+	"model",
+	"messages",           // OpenAI chat, Anthropic
+	"system",             // Anthropic
+	"tools",              // all
+	"functions",          // legacy OpenAI chat
+	"input",              // OpenAI Responses
+	"instructions",       // OpenAI Responses
+	"contents",           // Gemini
+	"systemInstruction",  // Gemini
+	"system_instruction", // Gemini, snake-case spelling
+}
+
+const (
+	// autoIDPrefix starts every fingerprint id, so that it can never be
+	// mistaken for an id a client sent.
+	autoIDPrefix = "auto-"
+	// fingerprintDomain separates fingerprints from every other hash the
+	// plugin makes. Bump the version when the hashed content changes.
+	fingerprintDomain = "caddy-session-keeping/auto/v1\x00"
+	// maxOpeningItems bounds how many conversation items are hashed when no
+	// user turn comes early.
+	maxOpeningItems = 8
+	// maxHashDepth bounds JSON nesting in hashed values. Real requests nest a
+	// few levels (tool schemas perhaps a dozen); a deeper body is refused
+	// rather than recursed into.
+	maxHashDepth = 128
+	// billingHeaderPrefix starts the system line Claude Code adds to every
+	// request. Its cch= token may change per request.
+	billingHeaderPrefix = "x-anthropic-billing-header:"
+)
+
+// shape is the API dialect a conversation body was recognised as.
+type shape byte
+
+const (
+	shapeNone      shape = iota
+	shapeMessages        // OpenAI chat or Anthropic "messages"
+	shapeResponses       // OpenAI Responses "input"
+	shapeGemini          // Gemini "contents"
+)
+
+// role is the speaker of a conversation item, as far as the fingerprint
+// cares.
+type role byte
+
+const (
+	roleAbsent role = iota // the item has no "role" member
+	roleUser
+	roleSystem // "system" or "developer"
+	roleOther
+)
+
+// Tags keep hashes of different kinds of values apart, so that for example
+// the string "1" and the number 1, or [] and {}, never hash alike.
+const (
+	tagString uint64 = iota + 1
+	tagNumber
+	tagLiteral
+	tagArray
+	tagObject
+	tagMember
+	tagOpening
+)
+
+// fingerprint returns "auto-" followed by 32 lowercase hex digits when the
+// body whose wanted top-level members are in f has a conversation shape, and
+// ok=false otherwise. path is the request URL path; scope is the list of
+// scope values (tenant identity), which is mixed into the fingerprint.
+func fingerprint(f *fields, path string, scope []string) (id string, ok bool) {
+	if !conversationPath(path) {
+		return "", false
+	}
+	conv, sh := conversationOf(f, path)
+	if sh == shapeNone {
+		return "", false
+	}
+
+	var h hasher
+	opening, items := h.opening(conv, sh)
+	if items == 0 {
+		// An empty conversation has nothing that tells it apart from any
+		// other empty one of the same tenant.
+		return "", false
+	}
+	// Each part goes in its own slot, with a presence bit, so that a
+	// system prompt can never stand in for an instructions field and so on.
+	var parts [6]uint64
+	var present byte
+	part := func(slot int, v []byte, system bool) {
+		if v == nil {
+			return
+		}
+		present |= 1 << slot
+		parts[slot] = h.value(v, system)
+	}
+	parts[0], present = opening, 1
+	part(1, f.get("system"), true)
+	part(2, f.get("instructions"), true)
+	gemini := f.get("systemInstruction")
+	if gemini == nil {
+		gemini = f.get("system_instruction")
+	}
+	part(3, gemini, true)
+	part(4, f.get("tools"), false)
+	part(5, f.get("functions"), false)
+	if h.bad {
+		return "", false
+	}
+
+	// Everything that goes into SHA-256 is length-prefixed or fixed-size,
+	// so that no two different inputs share an encoding. The stack buffer
+	// covers the common case without allocating.
+	var stack [512]byte
+	buf := append(stack[:0], fingerprintDomain...)
+	buf = append(buf, byte(sh), present)
+	buf = binary.AppendUvarint(buf, uint64(len(scope)))
+	for _, s := range scope {
+		buf = appendLenPrefixed(buf, s)
+	}
+	buf = appendModel(buf, f, path)
+	for _, p := range parts {
+		buf = binary.LittleEndian.AppendUint64(buf, p)
+	}
+	sum := sha256.Sum256(buf)
+
+	var out [len(autoIDPrefix) + 32]byte
+	copy(out[:], autoIDPrefix)
+	hex.Encode(out[len(autoIDPrefix):], sum[:16])
+	return string(out[:]), true
+}
+
+// conversationOf finds the conversation array (or the Responses string
+// input) of the body and the dialect it belongs to.
+func conversationOf(f *fields, path string) ([]byte, shape) {
+	if v := f.get("messages"); isArray(v) {
+		return v, shapeMessages
+	}
+	if v := f.get("contents"); isArray(v) {
+		return v, shapeGemini
+	}
+	if v := f.get("input"); len(v) > 0 {
+		switch v[0] {
+		case '[':
+			return v, shapeResponses
+		case '"':
+			// Embeddings send a bare string input too; only the
+			// Responses endpoint or its instructions field make one a
+			// conversation.
+			if f.get("instructions") != nil || hasPathSuffix(path, "/responses") {
+				return v, shapeResponses
+			}
+		}
+	}
+	return nil, shapeNone
+}
+
+// isArray reports whether the raw value v is a JSON array. Values from a
+// skim start at their first byte, so no whitespace needs skipping.
+func isArray(v []byte) bool { return len(v) > 0 && v[0] == '[' }
+
+// modelOf returns the model of the request: the top-level "model" string of
+// the body (decoded, so JSON escapes are resolved), or for Gemini-style paths
+// (".../models/<model>:<method>") the model in the path; "" if none.
+func modelOf(f *fields, path string) string {
+	if c, ok := stringContent(f.get("model")); ok {
+		if bytes.IndexByte(c, '\\') < 0 {
+			return string(c)
+		}
+		var stack [128]byte
+		return string(appendUnescaped(stack[:0], c))
+	}
+	return pathModel(path)
+}
+
+// appendModel appends the length-prefixed model of the request (as modelOf
+// finds it) to b, without allocating for an unescaped model.
+func appendModel(b []byte, f *fields, path string) []byte {
+	if c, ok := stringContent(f.get("model")); ok {
+		if bytes.IndexByte(c, '\\') >= 0 {
+			var stack [128]byte
+			c = appendUnescaped(stack[:0], c)
+		}
+		b = binary.AppendUvarint(b, uint64(len(c)))
+		return append(b, c...)
+	}
+	return appendLenPrefixed(b, pathModel(path))
+}
+
+// pathModel returns the model named in a Gemini-style path such as
+// /v1beta/models/gemini-2.5-pro:generateContent or
+// /v1/projects/p/locations/l/publishers/google/models/m:streamGenerateContent,
+// or "" when the path has none.
+func pathModel(path string) string {
+	i := strings.LastIndex(path, "/models/")
+	if i < 0 {
+		return ""
+	}
+	seg := path[i+len("/models/"):]
+	if strings.IndexByte(seg, '/') >= 0 {
+		return ""
+	}
+	colon := strings.LastIndexByte(seg, ':')
+	if colon <= 0 || colon == len(seg)-1 {
+		return ""
+	}
+	return seg[:colon]
+}
+
+// conversationPath reports false for known non-conversation endpoints: paths
+// ending in /embeddings, /moderations or /files, paths with an audio or
+// images segment (/v1/audio/speech, /v1/images/generations), and Gemini
+// embedding methods. Their bodies may look like a Responses input, but they
+// never get an auto id.
+func conversationPath(path string) bool {
+	path = trimPath(path)
+	for {
+		i := strings.IndexByte(path, '/')
+		if i < 0 {
+			break
+		}
+		seg := path[:i]
+		if strings.EqualFold(seg, "audio") || strings.EqualFold(seg, "images") {
+			return false
+		}
+		path = path[i+1:]
+	}
+	// path is now the last segment.
+	if strings.EqualFold(path, "embeddings") || strings.EqualFold(path, "moderations") || strings.EqualFold(path, "files") {
+		return false
+	}
+	if c := strings.LastIndexByte(path, ':'); c >= 0 {
+		method := path[c+1:]
+		if strings.EqualFold(method, "embedContent") || strings.EqualFold(method, "batchEmbedContents") {
+			return false
+		}
+	}
+	return true
+}
+
+// hasPathSuffix reports whether path, without query and trailing slashes,
+// ends in suffix (ASCII case-insensitively).
+func hasPathSuffix(path, suffix string) bool {
+	path = trimPath(path)
+	return len(path) >= len(suffix) && strings.EqualFold(path[len(path)-len(suffix):], suffix)
+}
+
+// trimPath cuts a query string (in case a caller passes a request URI) and
+// trailing slashes from path.
+func trimPath(path string) string {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	return strings.TrimRight(path, "/")
+}
+
+// hasher computes structural hashes of JSON values. It parses and hashes in
+// one pass, so that a nested value is walked once rather than once per
+// level. It lives on the stack of one fingerprint call; bad records that a
+// value turned out to be malformed or nested too deeply, after which the
+// result is not used.
+type hasher struct {
+	bad    bool
+	depth  int
+	digest xxhash.Digest
+	// buf receives decoded text of escaped strings on its way to digest.
+	buf [1024]byte
+}
+
+// fail records a malformed value and returns what a parse step returns on
+// failure: no hash, and an index past the end of b so that loops stop.
+func (h *hasher) fail(b []byte) (uint64, int) {
+	h.bad = true
+	return 0, len(b)
+}
+
+// opening hashes the conversation items through the first user turn, at
+// most maxOpeningItems of them, and reports how many it hashed. A Responses
+// string input is hashed as the one-item list [{"role":"user","content":s}]
+// that SDKs replay it as on the next turn.
+func (h *hasher) opening(conv []byte, sh shape) (sum uint64, items int) {
+	acc := combine(tagOpening, tagArray)
+	if conv[0] == '"' {
+		item := combine(combine(tagMember, h.text("role")), h.text("user")) +
+			combine(combine(tagMember, h.text("content")), h.value(conv, false))
+		acc = combine(acc, combine(combine(tagObject, item), 2))
+		return combine(acc, 1), 1
+	}
+	i := skipSpace(conv, 1)
+	if i < len(conv) && conv[i] == ']' {
+		return combine(acc, 0), 0
+	}
+	for i < len(conv) && items < maxOpeningItems {
+		// The role decides how the item is hashed, and it may come after
+		// the content, so it is looked up first; the lookup stops at the
+		// role member.
+		r := roleOf(conv[i:])
+		var item uint64
+		item, i = h.valueAt(conv, i, r == roleSystem)
+		if h.bad {
+			return 0, 0
+		}
+		acc = combine(acc, item)
+		items++
+		// Gemini defaults a content without a role to the user.
+		if r == roleUser || (r == roleAbsent && sh == shapeGemini) {
+			break
+		}
+		i = skipSpace(conv, i)
+		if i >= len(conv) || (conv[i] != ',' && conv[i] != ']') {
+			h.bad = true
+			return 0, 0
+		}
+		if conv[i] == ']' {
+			break
+		}
+		i = skipSpace(conv, i+1)
+	}
+	return combine(acc, uint64(items)), items
+}
+
+// roleOf returns the role of the conversation item at the start of b: the
+// decoded "role" string of an object (the first one, if the member is
+// duplicated). b may extend past the item.
+func roleOf(b []byte) role {
+	r := roleAbsent
+	eachMember(b, func(key, value []byte) bool {
+		if !textIs(key, "role") {
+			return true
+		}
+		r = roleOther
+		if c, ok := stringContent(value); ok {
+			switch {
+			case textIs(c, "user"):
+				r = roleUser
+			case textIs(c, "system"), textIs(c, "developer"):
+				r = roleSystem
+			}
+		}
+		return false
+	})
+	return r
+}
+
+// value returns the structural hash of the raw JSON value v (see valueAt).
+func (h *hasher) value(v []byte, system bool) uint64 {
+	sum, end := h.valueAt(v, 0, system)
+	if end != len(v) {
+		h.bad = true
+	}
+	return sum
+}
+
+// valueAt hashes the JSON value that starts at b[i] and returns its hash and
+// the index just past it. The hash is equal for values that decode to the
+// same data, whatever the whitespace, member order and string escapes, and
+// ignores every object member named cache_control.
+//
+// With system set, the value is a system part and a Claude Code billing
+// header in it is left out: a leading line of a string, or an array element
+// (a text block or Gemini part) whose "text" starts with
+// "x-anthropic-billing-header:"; for an object (a message, or a Gemini
+// content) this applies to its "content" and "parts" members.
+func (h *hasher) valueAt(b []byte, i int, system bool) (uint64, int) {
+	if i >= len(b) {
+		return h.fail(b)
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return h.stringAt(b, i, system)
+	case c == '{':
+		return h.objectAt(b, i, system)
+	case c == '[':
+		return h.arrayAt(b, i, system)
+	case c == 't':
+		return h.literalAt(b, i, "true")
+	case c == 'f':
+		return h.literalAt(b, i, "false")
+	case c == 'n':
+		return h.literalAt(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		j := i + 1
+		for j < len(b) && isNumberByte(b[j]) {
+			j++
+		}
+		return h.number(b[i:j]), j
+	default:
+		return h.fail(b)
+	}
+}
+
+// isNumberByte reports whether c may appear in a JSON number.
+func isNumberByte(c byte) bool {
+	return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
+}
+
+// literalAt hashes the literal lit, expected at b[i].
+func (h *hasher) literalAt(b []byte, i int, lit string) (uint64, int) {
+	end := i + len(lit)
+	if end > len(b) || string(b[i:end]) != lit || (end < len(b) && isNumberByte(b[end])) {
+		return h.fail(b)
+	}
+	return combine(tagLiteral, xxhash.Sum64String(lit)), end
+}
+
+// stringAt hashes the string whose opening quote is at b[i] (see
+// stringHash); with system set, a leading billing-header line is left out.
+func (h *hasher) stringAt(b []byte, i int, system bool) (uint64, int) {
+	c, end, escaped := stringAt(b, i)
+	if end < 0 {
+		return h.fail(b)
+	}
+	if system && hasDecodedPrefix(c, billingHeaderPrefix) {
+		c = afterFirstLine(c)
+	}
+	if !escaped {
+		return combine(tagString, xxhash.Sum64(c)), end
+	}
+	return h.stringHash(c), end
+}
+
+// stringAt returns the raw content of the string whose opening quote is at
+// b[i], the index just past it (-1 if it is not terminated), and whether the
+// content has escapes. An unescaped string, the common case, costs two
+// vectorised scans.
+func stringAt(b []byte, i int) (content []byte, end int, escaped bool) {
+	q := bytes.IndexByte(b[i+1:], '"')
+	if q < 0 {
+		return nil, -1, false
+	}
+	if bytes.IndexByte(b[i+1:i+1+q], '\\') < 0 {
+		return b[i+1 : i+1+q], i + q + 2, false
+	}
+	end = skipString(b, i)
+	if end < 0 {
+		return nil, -1, false
+	}
+	return b[i+1 : end-1], end, true
+}
+
+// objectAt hashes the object that starts at b[i] independently of member
+// order: member hashes are summed, which commutes, and the count is mixed in
+// so that duplicate members do not cancel out.
+func (h *hasher) objectAt(b []byte, i int, system bool) (uint64, int) {
+	if h.depth >= maxHashDepth {
+		return h.fail(b)
+	}
+	h.depth++
+	defer func() { h.depth-- }()
+	var sum, n uint64
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return combine(combine(tagObject, 0), 0), i + 1
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return h.fail(b)
+		}
+		key, end, escaped := stringAt(b, i)
+		if end < 0 {
+			return h.fail(b)
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return h.fail(b)
+		}
+		i = skipSpace(b, i+1)
+		if textIs(key, "cache_control") {
+			// Left out unhashed, and so unchecked beyond its extent.
+			if i = skipValue(b, i); i < 0 {
+				return h.fail(b)
+			}
+		} else {
+			var kh, vh uint64
+			if escaped {
+				kh = h.stringHash(key)
+			} else {
+				kh = combine(tagString, xxhash.Sum64(key))
+			}
+			vh, i = h.valueAt(b, i, system && (textIs(key, "content") || textIs(key, "parts")))
+			if h.bad {
+				return 0, len(b)
+			}
+			sum += combine(combine(tagMember, kh), vh)
+			n++
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return h.fail(b)
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return combine(combine(tagObject, sum), n), i + 1
+		default:
+			return h.fail(b)
+		}
+	}
+}
+
+// arrayAt hashes the array that starts at b[i], in order. With system set,
+// billing-header blocks are left out, as if the client had not sent them.
+func (h *hasher) arrayAt(b []byte, i int, system bool) (uint64, int) {
+	if h.depth >= maxHashDepth {
+		return h.fail(b)
+	}
+	h.depth++
+	defer func() { h.depth-- }()
+	acc, n := tagArray, uint64(0)
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return combine(acc, 0), i + 1
+	}
+	for {
+		if system && isBillingBlock(b[i:]) {
+			if i = skipValue(b, i); i < 0 {
+				return h.fail(b)
+			}
+		} else {
+			var eh uint64
+			eh, i = h.valueAt(b, i, false)
+			if h.bad {
+				return 0, len(b)
+			}
+			acc = combine(acc, eh)
+			n++
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return h.fail(b)
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case ']':
+			return combine(acc, n), i + 1
+		default:
+			return h.fail(b)
+		}
+	}
+}
+
+// isBillingBlock reports whether the value at the start of b is an object
+// whose "text" member starts with the billing header. b may extend past the
+// value.
+func isBillingBlock(b []byte) bool {
+	if len(b) == 0 || b[0] != '{' {
+		return false
+	}
+	billing := false
+	eachMember(b, func(key, value []byte) bool {
+		if !textIs(key, "text") {
+			return true
+		}
+		if c, ok := stringContent(value); ok {
+			billing = hasDecodedPrefix(c, billingHeaderPrefix)
+		}
+		return false
+	})
+	return billing
+}
+
+// stringHash returns the hash of the string whose raw content (between the
+// quotes) is c, as decoded text. A string without escapes is its own decoded
+// text and is hashed in place; an escaped one is decoded a buffer at a time
+// into the streaming digest, which gives the same hash.
+func (h *hasher) stringHash(c []byte) uint64 {
+	if bytes.IndexByte(c, '\\') < 0 {
+		return combine(tagString, xxhash.Sum64(c))
+	}
+	h.digest.Reset()
+	for len(c) > 0 {
+		n, used := unescapeInto(h.buf[:], c)
+		h.digest.Write(h.buf[:n])
+		c = c[used:]
+	}
+	return combine(tagString, h.digest.Sum64())
+}
+
+// text returns the hash of a Go string, equal to stringHash of a JSON string
+// with that text.
+func (h *hasher) text(s string) uint64 {
+	return combine(tagString, xxhash.Sum64String(s))
+}
+
+// number hashes a JSON number by value, so that 100, 100.0 and 1e2 agree.
+// Integers of up to 15 digits, the usual case, skip strconv.
+func (h *hasher) number(v []byte) uint64 {
+	if i, ok := smallInt(v); ok {
+		return combine(tagNumber, math.Float64bits(float64(i)))
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			// Valid JSON beyond float64: hash the digits as they are.
+			return combine(tagNumber, xxhash.Sum64(v))
+		}
+		h.bad = true
+		return 0
+	}
+	if f == 0 {
+		f = 0 // -0 and 0 are the same number
+	}
+	return combine(tagNumber, math.Float64bits(f))
+}
+
+// smallInt parses v as a JSON integer of at most 15 digits.
+func smallInt(v []byte) (int64, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 15 || (v[0] == '0' && len(v) > 1) {
+		return 0, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// combine mixes v into h. It is not commutative, and for a fixed h it maps
+// distinct v to distinct results.
+func combine(h, v uint64) uint64 {
+	return mix64(h ^ (v + 0x9e3779b97f4a7c15 + h<<6 + h>>2))
+}
+
+// mix64 is the 64-bit finaliser of MurmurHash3: a bijection whose every
+// output bit depends on every input bit.
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// stringContent returns the raw content between the quotes of the JSON
+// string v, and false when v is not a string.
+func stringContent(v []byte) ([]byte, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return nil, false
+	}
+	return v[1 : len(v)-1], true
+}
+
+// textIs reports whether the raw string content c decodes to s. Only short
+// escaped strings are decoded; the names compared here are short.
+func textIs(c []byte, s string) bool {
+	if bytes.IndexByte(c, '\\') < 0 {
+		return string(c) == s
+	}
+	if len(c) > 6*len(s) {
+		return false // more bytes than s could take even fully escaped
+	}
+	var stack [96]byte
+	return string(appendUnescaped(stack[:0], c)) == s
+}
+
+// hasDecodedPrefix reports whether the raw string content c decodes to text
+// starting with prefix.
+func hasDecodedPrefix(c []byte, prefix string) bool {
+	var stack [64]byte
+	dst := stack[:]
+	if len(prefix) < len(dst) {
+		dst = dst[:len(prefix)]
+	}
+	n, _ := unescapeInto(dst, c)
+	return n == len(prefix) && string(dst[:n]) == prefix
+}
+
+// afterFirstLine returns the raw string content c from just after its first
+// newline (a raw byte, \n, or \u000a), or an empty slice if it has none.
+func afterFirstLine(c []byte) []byte {
+	for i := 0; i < len(c); i++ {
+		switch c[i] {
+		case '\n':
+			return c[i+1:]
+		case '\\':
+			if i+1 >= len(c) {
+				return c[len(c):]
+			}
+			if c[i+1] == 'n' {
+				return c[i+2:]
+			}
+			if c[i+1] == 'u' && i+6 <= len(c) {
+				if r, ok := hex4(c[i+2 : i+6]); ok && r == '\n' {
+					return c[i+6:]
+				}
+			}
+			i++ // the escaped character cannot end the line
+		}
+	}
+	return c[len(c):]
+}
+
+// appendUnescaped appends the decoded text of the raw string content src to
+// dst. Invalid escapes are kept as they are; lone surrogates become U+FFFD.
+func appendUnescaped(dst, src []byte) []byte {
+	for len(src) > 0 {
+		k := bytes.IndexByte(src, '\\')
+		if k < 0 {
+			return append(dst, src...)
+		}
+		dst = append(dst, src[:k]...)
+		var unit [utf8.UTFMax]byte
+		n, w := unescapeOne(unit[:], src[k:])
+		dst = append(dst, unit[:n]...)
+		src = src[k+w:]
+	}
+	return dst
+}
+
+// unescapeInto decodes as much of the raw string content src into dst as
+// fits and reports the bytes written and the bytes of src consumed. It
+// consumes at least one byte when dst has room for utf8.UTFMax bytes.
+func unescapeInto(dst, src []byte) (n, used int) {
+	for used < len(src) && n < len(dst) {
+		// Look for an escape only as far as the room left in dst, so that
+		// a long unescaped run is scanned once, not once per call.
+		end := min(len(src), used+len(dst)-n)
+		k := bytes.IndexByte(src[used:end], '\\')
+		if k != 0 {
+			if k < 0 {
+				k = end - used
+			}
+			copy(dst[n:], src[used:used+k])
+			n += k
+			used += k
+			continue
+		}
+		var unit [utf8.UTFMax]byte
+		u, w := unescapeOne(unit[:], src[used:])
+		if n+u > len(dst) {
+			break
+		}
+		copy(dst[n:], unit[:u])
+		n += u
+		used += w
+	}
+	return n, used
+}
+
+// unescapeOne decodes the escape sequence at the start of s (s[0] is a
+// backslash) into out and reports the bytes written and the bytes of s it
+// spans. An invalid escape decodes to the backslash alone, so that the
+// characters after it are kept as they are.
+func unescapeOne(out []byte, s []byte) (n, width int) {
+	if len(s) < 2 {
+		out[0] = '\\'
+		return 1, 1
+	}
+	var c byte
+	switch s[1] {
+	case '"', '\\', '/':
+		c = s[1]
+	case 'b':
+		c = '\b'
+	case 'f':
+		c = '\f'
+	case 'n':
+		c = '\n'
+	case 'r':
+		c = '\r'
+	case 't':
+		c = '\t'
+	case 'u':
+		r, ok := hex4(s[2:])
+		if !ok {
+			out[0] = '\\'
+			return 1, 1
+		}
+		width = 6
+		if utf16.IsSurrogate(r) {
+			r2, ok := rune(0), false
+			if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+				r2, ok = hex4(s[8:])
+			}
+			if d := utf16.DecodeRune(r, r2); ok && d != utf8.RuneError {
+				r, width = d, 12
+			} else {
+				r = utf8.RuneError
+			}
+		}
+		return utf8.EncodeRune(out, r), width
+	default:
+		out[0] = '\\'
+		return 1, 1
+	}
+	out[0] = c
+	return 1, 2
+}
+
+// hex4 parses the four hex digits at the start of s.
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
