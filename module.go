@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	_ "github.com/sessionkeeping/caddy-session-keeping/upstreams" // lb_policy session_sticky
 )
 
 func init() {
@@ -186,21 +187,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return caddyhttp.Error(bodyErrorStatus(err), err)
 	}
 
-	var s *session.Session
-	if res.Found {
-		s = &res.Session
-		r = r.WithContext(session.NewContext(r.Context(), s))
-		if extra, ok := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok {
-			extra.Add(zap.Stringer("session", s.Key))
-			extra.Add(zap.String("session_source", s.Source))
-			if h.logRaw {
-				extra.Add(zap.String("session_id", s.ID))
-			}
+	if !res.Found {
+		repl.Map(placeholders(nil, res.Model))
+		return next.ServeHTTP(w, r)
+	}
+
+	s := &res.Session
+	repl.Map(placeholders(s, res.Model))
+	r = r.WithContext(session.NewContext(r.Context(), s))
+	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	if extra != nil {
+		extra.Add(zap.Stringer("session", s.Key))
+		extra.Add(zap.String("session_source", s.Source))
+		if h.logRaw {
+			extra.Add(zap.String("session_id", s.ID))
 		}
 	}
-	repl.Map(placeholders(s, res.Model))
 
-	return next.ServeHTTP(w, r)
+	ow := &outcomeWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	err = next.ServeHTTP(ow, r)
+
+	if s.Balancer != nil {
+		s.Balancer.Done(s, ow.status, err)
+	}
+	if extra != nil && s.Decision != "" {
+		extra.Add(zap.String("session_decision", s.Decision))
+		extra.Add(zap.String("session_upstream", s.Upstream))
+	}
+	return err
 }
 
 // bodyErrorStatus maps a failed body read to the status the client gets:
@@ -229,11 +243,14 @@ func placeholders(s *session.Session, model string) caddy.ReplacerFunc {
 		switch name {
 		case "model":
 			return model, true
-		case "id", "key", "source":
+		case "id", "key", "source", "upstream", "decision":
 		default:
 			return nil, false
 		}
 		if s == nil {
+			if name == "decision" {
+				return session.DecisionNone, true
+			}
 			return "", true
 		}
 		switch name {
@@ -241,8 +258,15 @@ func placeholders(s *session.Session, model string) caddy.ReplacerFunc {
 			return s.ID, true
 		case "key":
 			return s.Key.String(), true
-		default:
+		case "source":
 			return s.Source, true
+		case "upstream":
+			return s.Upstream, true
+		default:
+			if s.Decision == "" {
+				return session.DecisionNone, true
+			}
+			return s.Decision, true
 		}
 	}
 }

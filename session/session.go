@@ -33,7 +33,33 @@ type Session struct {
 	// Model is the top-level "model" field of a JSON body (or, for Gemini,
 	// the model in the request path); empty when the body was not read.
 	Model string
+
+	// Decision and Upstream describe the last upstream selection for this
+	// request: set by the selection policy, read by placeholders and logs.
+	Decision string
+	Upstream string
+	// Balancer is the selection policy that placed this request, holding
+	// its per-request state; it is told how the request ended.
+	Balancer Balancer
 }
+
+// Balancer is a selection policy's view of one request: the handler calls
+// Done once, after the request has been proxied, with the final status (or
+// 0 if none was written) and the error the handler chain returned.
+type Balancer interface {
+	Done(s *Session, status int, err error)
+}
+
+// The decisions a selection policy reports in Session.Decision.
+const (
+	DecisionNew            = "new"             // no live pin: placed and pinned
+	DecisionHit            = "hit"             // pinned upstream used
+	DecisionSpill          = "spill"           // pinned upstream full: sent elsewhere, pin kept
+	DecisionRepinUnhealthy = "repin_unhealthy" // pinned upstream unhealthy: re-pinned
+	DecisionRepinFailed    = "repin_failed"    // pinned upstream failed the session: re-pinned
+	DecisionRepinRemoved   = "repin_removed"   // pinned upstream left the pool: re-pinned
+	DecisionNone           = "none"            // no session
+)
 
 type ctxKey struct{}
 

@@ -1,0 +1,129 @@
+package upstreams
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+// UnmarshalCaddyfile sets up the policy from Caddyfile tokens. Syntax:
+//
+//	lb_policy session_sticky {
+//	    ttl              <duration>
+//	    max_sessions     <n>
+//	    fallback         <policy> [<args>...] [{ ... }]
+//	    balance_factor   <float>
+//	    failure_cooldown <duration>
+//	    repin_on_status  <code>...
+//	    name             <string>
+//	}
+func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // policy name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		switch opt {
+		case "ttl", "failure_cooldown":
+			val, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			dur, err := caddy.ParseDuration(val)
+			if err != nil || dur <= 0 {
+				return d.Errf("%s: want a positive duration, got %q", opt, val)
+			}
+			if opt == "ttl" {
+				p.TTL = caddy.Duration(dur)
+			} else {
+				p.FailureCooldown = caddy.Duration(dur)
+			}
+
+		case "max_sessions":
+			val, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			n, err := strconv.Atoi(val)
+			if err != nil || n <= 0 {
+				return d.Errf("max_sessions: want a positive integer, got %q", val)
+			}
+			p.MaxSessions = n
+
+		case "balance_factor":
+			val, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			f, err := strconv.ParseFloat(val, 64)
+			if err != nil || f < 0 || (f > 0 && f < 1) {
+				return d.Errf("balance_factor: want 0 (off) or a number of at least 1, got %q", val)
+			}
+			p.BalanceFactor = &f
+
+		case "repin_on_status":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Err("repin_on_status: want one or more status codes")
+			}
+			p.RepinOnStatus = p.RepinOnStatus[:0]
+			for _, a := range args {
+				code, err := strconv.Atoi(a)
+				if err != nil || code < 100 || code > 599 {
+					return d.Errf("repin_on_status: %q is not an HTTP status code", a)
+				}
+				p.RepinOnStatus = append(p.RepinOnStatus, code)
+			}
+
+		case "name":
+			val, err := oneArg(d)
+			if err != nil {
+				return err
+			}
+			p.Name = val
+
+		case "fallback":
+			if !d.NextArg() {
+				return d.Err("fallback: want a selection policy name")
+			}
+			if p.FallbackRaw != nil {
+				return d.Err("fallback: selection policy already specified")
+			}
+			name := d.Val()
+			modID := "http.reverse_proxy.selection_policies." + name
+			unm, err := caddyfile.UnmarshalModule(d, modID)
+			if err != nil {
+				return d.Errf("fallback: %v", err)
+			}
+			sel, ok := unm.(reverseproxy.Selector)
+			if !ok {
+				return d.Errf("fallback: module %s is not a selection policy", modID)
+			}
+			p.FallbackRaw = caddyconfig.JSONModuleObject(sel, "policy", name, nil)
+
+		default:
+			return d.Errf("unrecognized session_sticky option %q", opt)
+		}
+	}
+	return nil
+}
+
+// oneArg returns the single argument of the current option.
+func oneArg(d *caddyfile.Dispenser) (string, error) {
+	opt := d.Val()
+	if !d.NextArg() {
+		return "", d.Errf("%s: missing value", opt)
+	}
+	val := d.Val()
+	if d.NextArg() {
+		return "", d.Errf("%s: too many arguments", opt)
+	}
+	return val, nil
+}
+
+// Interface guard
+var _ caddyfile.Unmarshaler = (*StickySelection)(nil)

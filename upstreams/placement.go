@@ -1,0 +1,95 @@
+package upstreams
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/sessionkeeping/caddy-session-keeping/session"
+)
+
+// Candidates is a pool of upstreams as placement sees it.
+type Candidates interface {
+	Len() int
+	// Dial is the upstream's dial address, its identity for hashing.
+	Dial(i int) string
+	// InFlight is the number of requests the upstream is serving now.
+	InFlight(i int) int
+	// Eligible reports whether the upstream may take the session.
+	Eligible(i int) bool
+}
+
+// Place chooses the upstream for a session that has none: rendezvous (HRW)
+// hashing of the session key over the eligible upstreams, so every Caddy
+// instance with the same upstreams, and every restart, makes the same first
+// pick, and adding an upstream moves only the sessions it now wins.
+//
+// With balanceFactor > 0 the load is bounded: an upstream already serving
+// at least ceil(balanceFactor × (in-flight + 1) / eligible) requests is
+// passed over for the next in the session's rendezvous order, so a burst
+// of new sessions that hash alike cannot pile onto one upstream.
+//
+// It returns the index of the chosen candidate, or -1 if none is eligible.
+func Place[C Candidates](key session.Key, c C, balanceFactor float64) int {
+	eligible, total := 0, 0
+	for i := 0; i < c.Len(); i++ {
+		if c.Eligible(i) {
+			eligible++
+			total += c.InFlight(i)
+		}
+	}
+	if eligible == 0 {
+		return -1
+	}
+	limit := math.MaxInt
+	if balanceFactor > 0 {
+		limit = int(math.Ceil(balanceFactor * float64(total+1) / float64(eligible)))
+	}
+	k := keyHash(key)
+	best, bestScore := -1, uint64(0)
+	for i := 0; i < c.Len(); i++ {
+		if !c.Eligible(i) || c.InFlight(i) >= limit {
+			continue
+		}
+		if s := score(k, c.Dial(i)); best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// keyHash folds a session key to 64 bits; the key is a uniform hash already.
+func keyHash(key session.Key) uint64 {
+	return binary.LittleEndian.Uint64(key[:8]) ^ binary.LittleEndian.Uint64(key[8:])
+}
+
+// score is the rendezvous weight of an upstream for a session: a strong mix
+// of the two hashes, so that each upstream's weights are independent.
+func score(keyHash uint64, dial string) uint64 {
+	return mix64(keyHash ^ xxhash.Sum64String(dial))
+}
+
+// mix64 is the SplitMix64 finaliser: a bijection with full avalanche.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// Namespace returns the pin namespace of a policy: its name when set, else
+// an order-independent hash of the pool's dial addresses, so that two pools
+// never share pins and a reordered upstream list keeps them.
+func Namespace[C Candidates](name string, c C) uint64 {
+	if name != "" {
+		return mix64(xxhash.Sum64String(name))
+	}
+	var sum uint64
+	for i := 0; i < c.Len(); i++ {
+		sum += mix64(xxhash.Sum64String(c.Dial(i)))
+	}
+	return mix64(sum ^ 0x9e3779b97f4a7c15)
+}

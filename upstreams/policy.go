@@ -1,0 +1,341 @@
+package upstreams
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/sessionkeeping/caddy-session-keeping/session"
+)
+
+func init() {
+	caddy.RegisterModule(StickySelection{})
+}
+
+// Defaults of the session_sticky policy.
+const (
+	DefaultTTL             = 6 * time.Hour
+	DefaultMaxSessions     = 1_000_000
+	DefaultBalanceFactor   = 1.25
+	DefaultFailureCooldown = 30 * time.Second
+)
+
+// DefaultRepinOnStatus are the statuses that count as a failure of the
+// upstream that answered them.
+var DefaultRepinOnStatus = []int{502, 503, 504}
+
+// tables holds the pin tables of all loaded configs. A config reload
+// provisions the new policy before cleaning up the old one, so a table whose
+// settings did not change is handed over with its pins.
+var tables = caddy.NewUsagePool()
+
+// StickySelection keeps each session (as resolved by the session_keeping
+// handler) on one upstream. A session without a live pin is placed by
+// rendezvous hashing with bounded load (or by the fallback policy, when one
+// is configured) and pinned; later requests go to the pinned upstream while
+// it is available. The pin moves when the upstream is unhealthy, leaves the
+// pool, or fails the session; when it is merely full, one request spills to
+// another upstream and the pin stays.
+//
+// Requests without a session go to the fallback policy as if stickiness
+// were off.
+type StickySelection struct {
+	// How long a pin lives without use; every use starts it again.
+	// Default: 6h.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+
+	// The most pins kept; at the bound the least recently used pin goes.
+	// Default: 1000000.
+	MaxSessions int `json:"max_sessions,omitempty"`
+
+	// The selection policy for requests without a session and, when set,
+	// for placing new sessions instead of rendezvous hashing. Default for
+	// sessionless requests: round_robin.
+	FallbackRaw json.RawMessage `json:"fallback,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies inline_key=policy"`
+
+	// Bounded-load placement: a new session skips upstreams whose
+	// in-flight requests would exceed this factor times the mean. 0 turns
+	// the bound off. Default: 1.25.
+	BalanceFactor *float64 `json:"balance_factor,omitempty"`
+
+	// How long a session avoids an upstream that failed it. Default: 30s.
+	FailureCooldown caddy.Duration `json:"failure_cooldown,omitempty"`
+
+	// Response statuses that count as a failure of the upstream for the
+	// session. Default: [502, 503, 504].
+	RepinOnStatus []int `json:"repin_on_status,omitempty"`
+
+	// An explicit pin namespace. Without it, pins are kept per pool (a hash
+	// of the sorted dial addresses); set it when upstreams are dynamic, so
+	// that a change of the pool does not start every session afresh.
+	Name string `json:"name,omitempty"`
+
+	fallback        reverseproxy.Selector
+	placeByFallback bool
+	balanceFactor   float64
+	table           *PinTable
+	tableKey        string
+	now             func() time.Time
+}
+
+// CaddyModule returns the Caddy module information.
+func (StickySelection) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.selection_policies.session_sticky",
+		New: func() caddy.Module { return new(StickySelection) },
+	}
+}
+
+// Provision applies defaults, loads the fallback policy and attaches the
+// pin table.
+func (p *StickySelection) Provision(ctx caddy.Context) error {
+	if p.TTL == 0 {
+		p.TTL = caddy.Duration(DefaultTTL)
+	}
+	if p.MaxSessions == 0 {
+		p.MaxSessions = DefaultMaxSessions
+	}
+	if p.FailureCooldown == 0 {
+		p.FailureCooldown = caddy.Duration(DefaultFailureCooldown)
+	}
+	if p.RepinOnStatus == nil {
+		p.RepinOnStatus = DefaultRepinOnStatus
+	}
+	p.balanceFactor = DefaultBalanceFactor
+	if p.BalanceFactor != nil {
+		p.balanceFactor = *p.BalanceFactor
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+
+	p.placeByFallback = p.FallbackRaw != nil
+	if p.FallbackRaw == nil {
+		p.FallbackRaw = caddyconfig.JSONModuleObject(reverseproxy.RoundRobinSelection{}, "policy", "round_robin", nil)
+	}
+	mod, err := ctx.LoadModule(p, "FallbackRaw")
+	if err != nil {
+		return fmt.Errorf("fallback: loading selection policy: %v", err)
+	}
+	p.fallback = mod.(reverseproxy.Selector)
+	if p.now == nil {
+		p.now = time.Now
+	}
+
+	p.tableKey = fmt.Sprintf("ttl=%d max=%d", p.TTL, p.MaxSessions)
+	ttl, maxSessions, now := time.Duration(p.TTL), p.MaxSessions, p.now
+	t, _, err := tables.LoadOrNew(p.tableKey, func() (caddy.Destructor, error) {
+		t := NewPinTable(ttl, maxSessions, now)
+		t.StartExpiry(expiryInterval(ttl))
+		return t, nil
+	})
+	if err != nil {
+		return err
+	}
+	p.table = t.(*PinTable)
+	return nil
+}
+
+// expiryInterval is how often expired pins are swept: often enough that
+// memory follows the TTL, rarely enough to cost nothing.
+func expiryInterval(ttl time.Duration) time.Duration {
+	return min(max(ttl/4, time.Second), time.Minute)
+}
+
+// Validate checks the configuration.
+func (p *StickySelection) Validate() error {
+	switch {
+	case p.TTL < 0:
+		return fmt.Errorf("ttl: must be positive, got %s", time.Duration(p.TTL))
+	case p.MaxSessions < 0:
+		return fmt.Errorf("max_sessions: must be positive, got %d", p.MaxSessions)
+	case p.FailureCooldown < 0:
+		return fmt.Errorf("failure_cooldown: must not be negative, got %s", time.Duration(p.FailureCooldown))
+	case p.BalanceFactor != nil && (*p.BalanceFactor < 0 || (*p.BalanceFactor > 0 && *p.BalanceFactor < 1)):
+		return fmt.Errorf("balance_factor: must be 0 (off) or at least 1, got %g", *p.BalanceFactor)
+	}
+	for _, code := range p.RepinOnStatus {
+		if code < 100 || code > 599 {
+			return fmt.Errorf("repin_on_status: %d is not an HTTP status", code)
+		}
+	}
+	return nil
+}
+
+// Cleanup releases this config's hold on the pin table; the table stops
+// when no config holds it.
+func (p *StickySelection) Cleanup() error {
+	if p.table == nil {
+		return nil
+	}
+	_, err := tables.Delete(p.tableKey)
+	return err
+}
+
+// pool adapts a Caddy upstream pool to placement, leaving out upstreams
+// that are unavailable or excluded for this session.
+type pool struct {
+	upstreams reverseproxy.UpstreamPool
+	exclude   []string
+}
+
+func (c pool) Len() int           { return len(c.upstreams) }
+func (c pool) Dial(i int) string  { return c.upstreams[i].Dial }
+func (c pool) InFlight(i int) int { return c.upstreams[i].NumRequests() }
+func (c pool) Eligible(i int) bool {
+	return c.upstreams[i].Available() && !slices.Contains(c.exclude, c.upstreams[i].Dial)
+}
+
+// find returns the pool member dialled at dial, or nil.
+func (c pool) find(dial string) *reverseproxy.Upstream {
+	for _, u := range c.upstreams {
+		if u.Dial == dial {
+			return u
+		}
+	}
+	return nil
+}
+
+// attempt is the policy's state for one request, kept in the session while
+// the request is proxied. Caddy calls Select again with the same request on
+// a retry: an attempt that already chose an upstream knows it failed.
+type attempt struct {
+	policy *StickySelection
+	key    PinKey
+	failed []string // upstreams that failed earlier attempts of this request
+}
+
+// Select chooses the upstream for a request.
+func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
+	s := session.FromContext(r.Context())
+	if s == nil {
+		return p.fallback.Select(upstreams, r, w)
+	}
+	c := pool{upstreams: upstreams}
+	a, retry := s.Balancer.(*attempt)
+	if !retry || a.policy != p {
+		a = &attempt{policy: p, key: PinKey{Namespace: Namespace(p.Name, c), Session: s.Key}}
+		s.Balancer, s.Upstream, retry = a, "", false
+	}
+	retry = s.Upstream != ""
+	now := p.now()
+
+	var up *reverseproxy.Upstream
+	decision := session.DecisionNew
+	if retry {
+		// The previous attempt of this request failed on s.Upstream. Move
+		// the pin if it was there; a failed spill leaves the pin at home.
+		failed := s.Upstream
+		a.failed = append(a.failed, failed)
+		c.exclude = a.failed
+		up = p.place(s, c, r, w)
+		decision = session.DecisionSpill
+		if pin, ok := p.table.Peek(a.key); !ok || pin.Upstream == failed {
+			decision = session.DecisionRepinFailed
+			if up != nil {
+				p.table.Repin(a.key, up.Dial, failed, now.Add(time.Duration(p.FailureCooldown)))
+			}
+		}
+	} else if pin, ok := p.table.Get(a.key); ok {
+		pinned := c.find(pin.Upstream)
+		switch {
+		case pinned == nil:
+			decision = session.DecisionRepinRemoved
+		case pin.Avoids(pinned.Dial, now):
+			decision = session.DecisionRepinFailed
+		case !pinned.Healthy():
+			decision = session.DecisionRepinUnhealthy
+		case pinned.Full():
+			decision = session.DecisionSpill
+		default:
+			up, decision = pinned, session.DecisionHit
+		}
+		if up == nil {
+			if pinned != nil {
+				c.exclude = []string{pinned.Dial}
+			}
+			up = p.place(s, c, r, w)
+			if up != nil && decision != session.DecisionSpill {
+				p.table.Repin(a.key, up.Dial, pin.Avoid, pin.AvoidUntil)
+			}
+		}
+	} else {
+		up = p.place(s, c, r, w)
+		if up != nil {
+			// A concurrent first request of the session may have pinned it
+			// already: follow that pin while it is available.
+			if winner := p.table.PinIfAbsent(a.key, up.Dial); winner != up.Dial {
+				if u := c.find(winner); u != nil && u.Available() {
+					up = u
+				}
+			}
+		}
+	}
+
+	s.Decision = decision
+	if up != nil {
+		s.Upstream = up.Dial
+	}
+	return up
+}
+
+// place chooses an upstream for the session, away from c.exclude when it
+// can: with nothing else available, an excluded upstream is better than
+// none.
+func (p *StickySelection) place(s *session.Session, c pool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
+	for {
+		if p.placeByFallback {
+			candidates := c.upstreams
+			if len(c.exclude) > 0 {
+				candidates = make(reverseproxy.UpstreamPool, 0, len(c.upstreams))
+				for _, u := range c.upstreams {
+					if !slices.Contains(c.exclude, u.Dial) {
+						candidates = append(candidates, u)
+					}
+				}
+			}
+			if up := p.fallback.Select(candidates, r, w); up != nil {
+				return up
+			}
+		} else if i := Place(s.Key, c, p.balanceFactor); i >= 0 {
+			return c.upstreams[i]
+		}
+		if len(c.exclude) == 0 {
+			return nil
+		}
+		c.exclude = nil
+	}
+}
+
+// Done learns how the request ended. A status the policy counts as a
+// failure (or a proxy error with such a status) makes the session avoid the
+// upstream that answered it, so the next request is re-pinned elsewhere.
+func (a *attempt) Done(s *session.Session, status int, err error) {
+	if s.Upstream == "" {
+		return
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		status = he.StatusCode
+	}
+	if slices.Contains(a.policy.RepinOnStatus, status) {
+		a.policy.table.MarkFailed(a.key, s.Upstream, a.policy.now().Add(time.Duration(a.policy.FailureCooldown)))
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner     = (*StickySelection)(nil)
+	_ caddy.Validator       = (*StickySelection)(nil)
+	_ caddy.CleanerUpper    = (*StickySelection)(nil)
+	_ reverseproxy.Selector = (*StickySelection)(nil)
+	_ session.Balancer      = (*attempt)(nil)
+)
