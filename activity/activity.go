@@ -1,0 +1,207 @@
+// Package activity keeps a bounded, in-memory history of recent sessions and
+// their requests, for the admin API and the threaded sessions page. It holds
+// at most a configured number of sessions and of requests in all, each
+// session at most PerSession requests; the least recently active session is
+// dropped first, so a flood of new sessions cannot grow memory.
+package activity
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sessionkeeping/caddy-session-keeping/session"
+)
+
+// PerSession is the most requests kept per session.
+const PerSession = 32
+
+// Defaults for the global bounds.
+const (
+	DefaultMaxSessions = 10_000
+	DefaultMaxRequests = 100_000
+)
+
+// maxPathLen bounds the stored request path.
+const maxPathLen = 256
+
+// Request is one request of a session, as the admin API shows it.
+type Request struct {
+	Time     time.Time     `json:"time"`
+	Method   string        `json:"method"`
+	Path     string        `json:"path"`
+	Model    string        `json:"model,omitempty"`
+	Upstream string        `json:"upstream,omitempty"`
+	Status   int           `json:"status"`
+	Duration time.Duration `json:"duration_ns"`
+	Decision string        `json:"decision"`
+	Retries  int           `json:"retries"`
+}
+
+// Summary describes one session.
+type Summary struct {
+	Key          string    `json:"key"`
+	ID           string    `json:"id,omitempty"` // only with record_ids raw
+	Source       string    `json:"source"`
+	FirstSeen    time.Time `json:"first_seen"`
+	LastSeen     time.Time `json:"last_seen"`
+	Requests     int       `json:"requests"`
+	LastDecision string    `json:"last_decision"`
+	LastUpstream string    `json:"last_upstream,omitempty"`
+}
+
+// Log is the history. Its mutex guards every field and every record; no
+// method calls out while holding it.
+type Log struct {
+	mu          sync.Mutex
+	maxSessions int
+	maxRequests int
+	records     map[session.Key]*record
+	newest      *record // most recently active; list linked through prev/next
+	oldest      *record
+	requests    int    // requests held in all records
+	dropped     uint64 // requests dropped to keep the bounds
+}
+
+// record is one session's entry: a summary and a ring of its latest
+// requests.
+type record struct {
+	key          session.Key
+	summary      Summary
+	ring         []Request // grows to PerSession, then wraps
+	next         int       // ring position of the next write once full
+	newer, older *record
+}
+
+// New returns a log with the given bounds (defaults where ≤ 0).
+func New(maxSessions, maxRequests int) *Log {
+	if maxSessions <= 0 {
+		maxSessions = DefaultMaxSessions
+	}
+	if maxRequests <= 0 {
+		maxRequests = DefaultMaxRequests
+	}
+	return &Log{maxSessions: maxSessions, maxRequests: maxRequests, records: make(map[session.Key]*record)}
+}
+
+// Record adds a request to the session s; id is stored only when not empty.
+func (l *Log) Record(s *session.Session, id string, req Request) {
+	if len(req.Path) > maxPathLen {
+		req.Path = req.Path[:maxPathLen]
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.records[s.Key]
+	if r == nil {
+		r = &record{key: s.Key, summary: Summary{Key: s.Key.String(), Source: s.Source, FirstSeen: req.Time}}
+		l.records[s.Key] = r
+	} else {
+		l.unlink(r)
+	}
+	l.pushNewest(r)
+	if id != "" {
+		r.summary.ID = id
+	}
+	r.summary.LastSeen = req.Time
+	r.summary.Requests++
+	r.summary.LastDecision = req.Decision
+	r.summary.LastUpstream = req.Upstream
+	if len(r.ring) < PerSession {
+		r.ring = append(r.ring, req)
+		l.requests++
+	} else {
+		r.ring[r.next] = req
+		r.next = (r.next + 1) % PerSession
+		l.dropped++
+	}
+	for len(l.records) > l.maxSessions || l.requests > l.maxRequests {
+		if l.oldest == r {
+			break // never drop the session just recorded
+		}
+		l.drop(l.oldest)
+	}
+}
+
+// drop removes a record. The caller holds l.mu.
+func (l *Log) drop(r *record) {
+	l.unlink(r)
+	delete(l.records, r.key)
+	l.requests -= len(r.ring)
+	l.dropped += uint64(len(r.ring))
+}
+
+func (l *Log) pushNewest(r *record) {
+	r.older, r.newer = l.newest, nil
+	if l.newest != nil {
+		l.newest.newer = r
+	}
+	l.newest = r
+	if l.oldest == nil {
+		l.oldest = r
+	}
+}
+
+func (l *Log) unlink(r *record) {
+	if r.newer != nil {
+		r.newer.older = r.older
+	} else {
+		l.newest = r.older
+	}
+	if r.older != nil {
+		r.older.newer = r.newer
+	} else {
+		l.oldest = r.newer
+	}
+	r.newer, r.older = nil, nil
+}
+
+// Sessions returns up to limit summaries, newest activity first, that
+// match keep (nil keeps all).
+func (l *Log) Sessions(limit int, keep func(*Summary) bool) []Summary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]Summary, 0, min(limit, len(l.records)))
+	for r := l.newest; r != nil && len(out) < limit; r = r.older {
+		if keep == nil || keep(&r.summary) {
+			out = append(out, r.summary)
+		}
+	}
+	return out
+}
+
+// Session returns one session's summary and its requests, newest first.
+func (l *Log) Session(key session.Key) (Summary, []Request, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.records[key]
+	if r == nil {
+		return Summary{}, nil, false
+	}
+	reqs := make([]Request, 0, len(r.ring))
+	// Oldest first in the ring from r.next (once full), then reverse.
+	reqs = append(reqs, r.ring[r.next:]...)
+	reqs = append(reqs, r.ring[:r.next]...)
+	slices.Reverse(reqs)
+	return r.summary, reqs, true
+}
+
+// Forget removes a session's history, reporting whether it had one.
+func (l *Log) Forget(key session.Key) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.records[key]
+	if r == nil {
+		return false
+	}
+	l.unlink(r)
+	delete(l.records, key)
+	l.requests -= len(r.ring)
+	return true
+}
+
+// Stats reports the log's size and how many requests it has dropped.
+func (l *Log) Stats() (sessions, requests int, dropped uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.records), l.requests, l.dropped
+}
