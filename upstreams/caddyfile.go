@@ -1,6 +1,8 @@
 package upstreams
 
 import (
+	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2"
@@ -20,10 +22,14 @@ import (
 //	    repin_on_status  <code>...
 //	    name             <string>
 //	}
+//
+// Every option is optional. balance_factor 0 turns the load bound off;
+// repeated repin_on_status lines add to the list; fallback takes any
+// selection policy with its own arguments and block, as lb_policy does.
 func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // policy name
 	if d.NextArg() {
-		return d.ArgErr()
+		return d.Errf("session_sticky: unexpected argument %q; options go in a block", d.Val())
 	}
 	for d.NextBlock(0) {
 		opt := d.Val()
@@ -60,17 +66,17 @@ func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			f, err := strconv.ParseFloat(val, 64)
-			if err != nil || f < 0 || (f > 0 && f < 1) {
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 || (f > 0 && f < 1) {
 				return d.Errf("balance_factor: want 0 (off) or a number of at least 1, got %q", val)
 			}
 			p.BalanceFactor = &f
 
 		case "repin_on_status":
+			// Repeated lines add to the list.
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.Err("repin_on_status: want one or more status codes")
 			}
-			p.RepinOnStatus = p.RepinOnStatus[:0]
 			for _, a := range args {
 				code, err := strconv.Atoi(a)
 				if err != nil || code < 100 || code > 599 {
@@ -84,6 +90,9 @@ func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
+			if val == "" {
+				return d.Err("name: must not be empty")
+			}
 			p.Name = val
 
 		case "fallback":
@@ -94,10 +103,14 @@ func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err("fallback: selection policy already specified")
 			}
 			name := d.Val()
+			if name == "session_sticky" {
+				return d.Err("fallback: session_sticky cannot be its own fallback")
+			}
 			modID := "http.reverse_proxy.selection_policies." + name
 			unm, err := caddyfile.UnmarshalModule(d, modID)
 			if err != nil {
-				return d.Errf("fallback: %v", err)
+				// The error already says where in the file it is.
+				return fmt.Errorf("fallback: %w", err)
 			}
 			sel, ok := unm.(reverseproxy.Selector)
 			if !ok {

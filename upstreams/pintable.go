@@ -5,6 +5,8 @@
 package upstreams
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,47 +37,70 @@ func (p Pin) Avoids(upstream string, now time.Time) bool {
 }
 
 const (
-	shardCount = 64 // a power of two
-	chunkBits  = 8  // entries are stored in chunks of 256, allocated as needed
-	chunkSize  = 1 << chunkBits
-	nilIndex   = -1
+	// maxShards is the most shards a table is split into; a power of two.
+	maxShards = 64
+	// minPinsPerShard keeps small tables in few shards, so that their
+	// bound and LRU order are exact (one shard) or close to it.
+	minPinsPerShard = 1024
+
+	chunkBits = 8 // entries are stored in chunks of 256, allocated as needed
+	chunkSize = 1 << chunkBits
+	nilIndex  = -1
+
+	// minSlots is the size of a shard's index when its first pin arrives.
+	minSlots = 16
 )
 
 // PinTable maps sessions to upstreams with a sliding idle TTL and a bound on
 // the number of pins, evicting the least recently used pin at the bound.
 //
-// It is split into shards, each with its own lock, map, entry storage and
+// It is split into shards, each with its own lock, index, entry storage and
 // LRU list; a shard's lock guards everything in it and is never held while
-// calling out. The bound is enforced per shard (max/shards), which keys
-// spread evenly over. Entries hold no pointers (upstreams are interned as
-// small integers) so a table of millions of pins costs the garbage collector
-// nothing to scan.
+// calling out. The bound is divided between the shards, which keys spread
+// evenly over; a table bounded below 64×1024 pins uses fewer shards, down
+// to one, so a small bound is exact.
+//
+// Nothing in the table holds a pointer (upstreams are interned as small
+// integers, and the index is an open-addressing array of entry numbers), so
+// a table of millions of pins costs the garbage collector nothing to scan,
+// and a pin costs about 64 bytes: a 48-byte entry and its index slot.
+// Storage grows to the most pins held at once (at most the bound) and is
+// reused, not returned, after pins expire.
 type PinTable struct {
 	ttl   time.Duration
 	now   func() time.Time
-	epoch time.Time // times are stored as seconds since epoch
+	epoch time.Time // times are stored as whole seconds since epoch
 
-	shards [shardCount]shard
-	names  internTable
+	shards     [maxShards]shard
+	shardShift uint // a key's shard is its hash >> shardShift
+	names      internTable
 
-	stopOnce sync.Once
-	stop     chan struct{}
-	done     chan struct{}
+	life    sync.Mutex // guards the expiry goroutine's lifecycle below
+	stopped bool
+	stop    chan struct{}
+	done    chan struct{}
 }
 
+// shard is one lock's worth of the table.
 type shard struct {
-	mu         sync.Mutex
-	index      map[PinKey]int32
+	mu sync.Mutex
+	// slots is the index: an open-addressing hash table with linear
+	// probing, each slot holding hash<<32 | (entry number + 1), 0 when
+	// empty. The low 32 bits of a key's hash choose its home slot, so a
+	// slot knows its home without looking at the entry.
+	slots      []uint64
 	chunks     [][]entry
-	free       int32 // head of the free list, linked through next
+	free       int32 // head of the free list of entries, linked through next
 	head, tail int32 // LRU list: head is the most recently used
 	len, max   int
 	evictions  uint64
+	_          [64]byte // keeps neighbouring shards' locks off one cache line
 }
 
 // entry is one pin, 48 bytes.
 type entry struct {
-	key        PinKey
+	session    session.Key
+	namespace  uint64
 	upstream   uint32 // interned dial address
 	avoid      uint32 // interned dial address + 1; 0 when none
 	avoidUntil uint32 // seconds since epoch
@@ -83,28 +108,42 @@ type entry struct {
 	prev, next int32
 }
 
+func (e *entry) key() PinKey { return PinKey{Namespace: e.namespace, Session: e.session} }
+
 // NewPinTable returns a table with the given idle TTL and bound. now is the
 // clock (time.Now when nil); tests inject their own.
 func NewPinTable(ttl time.Duration, maxPins int, now func() time.Time) *PinTable {
 	if now == nil {
 		now = time.Now
 	}
-	t := &PinTable{ttl: ttl, now: now, epoch: now().Add(-time.Second)}
-	perShard := (maxPins + shardCount - 1) / shardCount
-	if perShard < 1 {
-		perShard = 1
+	maxPins = max(maxPins, 1)
+	shards := maxShards
+	for shards > 1 && maxPins/shards < minPinsPerShard {
+		shards /= 2
+	}
+	t := &PinTable{
+		ttl:        ttl,
+		now:        now,
+		epoch:      now().Add(-time.Second),
+		shardShift: uint(64 - bits.TrailingZeros(uint(shards))),
 	}
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.index = make(map[PinKey]int32)
 		s.free, s.head, s.tail = nilIndex, nilIndex, nilIndex
-		s.max = perShard
+	}
+	// Divide the bound exactly: the first maxPins%shards shards take one
+	// more than the rest.
+	for i := 0; i < shards; i++ {
+		t.shards[i].max = maxPins / shards
+		if i < maxPins%shards {
+			t.shards[i].max++
+		}
 	}
 	t.names.ids = make(map[string]uint32)
 	return t
 }
 
-// seconds converts a time to the table's stored form.
+// seconds converts a time to the table's stored form, rounding down.
 func (t *PinTable) seconds(tm time.Time) uint32 {
 	d := tm.Sub(t.epoch)
 	if d < 0 {
@@ -113,9 +152,28 @@ func (t *PinTable) seconds(tm time.Time) uint32 {
 	return uint32(d / time.Second)
 }
 
-func (t *PinTable) shardOf(k PinKey) *shard {
-	// The session key is a uniform hash already.
-	return &t.shards[(uint64(k.Session[0])^k.Namespace)&(shardCount-1)]
+// secondsCeil converts a deadline to the table's stored form, rounding up so
+// that a cooldown is never cut short.
+func (t *PinTable) secondsCeil(tm time.Time) uint32 {
+	d := tm.Sub(t.epoch)
+	if d <= 0 {
+		return 0
+	}
+	return uint32((d + time.Second - 1) / time.Second)
+}
+
+// hashKey mixes both halves of the session key with the namespace. Session
+// keys are uniform hashes already; the mixing keeps the index well spread
+// even for keys that are not (as in tests).
+func hashKey(k PinKey) uint64 {
+	lo := binary.LittleEndian.Uint64(k.Session[:8])
+	hi := binary.LittleEndian.Uint64(k.Session[8:])
+	return mix64(lo ^ mix64(hi^k.Namespace))
+}
+
+func (t *PinTable) shardOf(h uint64) *shard {
+	// With one shard the shift is 64, which gives 0.
+	return &t.shards[h>>t.shardShift]
 }
 
 // expired reports whether an entry last used at lastUsed is past the TTL.
@@ -126,16 +184,17 @@ func (t *PinTable) expired(lastUsed, now uint32) bool {
 // Get returns the live pin of k and refreshes its TTL and recency.
 func (t *PinTable) Get(k PinKey) (Pin, bool) {
 	now := t.seconds(t.now())
-	s := t.shardOf(k)
+	h := hashKey(k)
+	s := t.shardOf(h)
 	s.mu.Lock()
-	i, ok := s.index[k]
-	if !ok {
+	pos, i := s.find(k, h)
+	if i == nilIndex {
 		s.mu.Unlock()
 		return Pin{}, false
 	}
 	e := s.at(i)
 	if t.expired(e.lastUsed, now) {
-		s.remove(i)
+		s.remove(pos, i)
 		s.mu.Unlock()
 		return Pin{}, false
 	}
@@ -149,17 +208,21 @@ func (t *PinTable) Get(k PinKey) (Pin, bool) {
 // Peek returns the live pin of k without refreshing it.
 func (t *PinTable) Peek(k PinKey) (Pin, bool) {
 	now := t.seconds(t.now())
-	s := t.shardOf(k)
+	h := hashKey(k)
+	s := t.shardOf(h)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, ok := s.index[k]
-	if !ok || t.expired(s.at(i).lastUsed, now) {
+	_, i := s.find(k, h)
+	if i == nilIndex || t.expired(s.at(i).lastUsed, now) {
+		s.mu.Unlock()
 		return Pin{}, false
 	}
 	e := s.at(i)
-	return t.pin(e.upstream, e.avoid, e.avoidUntil), true
+	up, avoid, avoidUntil := e.upstream, e.avoid, e.avoidUntil
+	s.mu.Unlock()
+	return t.pin(up, avoid, avoidUntil), true
 }
 
+// pin builds the exported form of an entry's fields.
 func (t *PinTable) pin(up, avoid, avoidUntil uint32) Pin {
 	p := Pin{Upstream: t.names.name(up)}
 	if avoid != 0 {
@@ -170,31 +233,33 @@ func (t *PinTable) pin(up, avoid, avoidUntil uint32) Pin {
 }
 
 // PinIfAbsent pins k to upstream unless it already has a live pin, and
-// returns the pin now in force. Concurrent first requests of one session
-// all get the upstream of whichever arrived first.
+// returns the upstream of the pin now in force. Concurrent first requests of
+// one session all get the upstream of whichever arrived first.
 func (t *PinTable) PinIfAbsent(k PinKey, upstream string) string {
 	id := t.names.id(upstream)
 	now := t.seconds(t.now())
-	s := t.shardOf(k)
+	h := hashKey(k)
+	s := t.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, ok := s.index[k]; ok {
+	if _, i := s.find(k, h); i != nilIndex {
 		e := s.at(i)
 		if !t.expired(e.lastUsed, now) {
 			e.lastUsed = now
 			s.moveToFront(i)
 			return t.names.name(e.upstream)
 		}
-		e.upstream, e.avoid, e.lastUsed = id, 0, now
+		e.upstream, e.avoid, e.avoidUntil, e.lastUsed = id, 0, 0, now
 		s.moveToFront(i)
 		return upstream
 	}
-	s.insert(k, id, now)
+	s.insert(k, h, id, now)
 	return upstream
 }
 
-// Repin moves k to upstream. When avoid is not empty, the session keeps away
-// from that upstream until avoidUntil.
+// Repin moves k to upstream (pinning it if it had no pin). When avoid is not
+// empty, the session keeps away from that upstream until avoidUntil;
+// otherwise a cooldown still running is kept.
 func (t *PinTable) Repin(k PinKey, upstream, avoid string, avoidUntil time.Time) {
 	id := t.names.id(upstream)
 	var av uint32
@@ -202,49 +267,51 @@ func (t *PinTable) Repin(k PinKey, upstream, avoid string, avoidUntil time.Time)
 		av = t.names.id(avoid) + 1
 	}
 	now := t.seconds(t.now())
-	s := t.shardOf(k)
+	h := hashKey(k)
+	s := t.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := s.index[k]
-	if !ok {
-		i = s.insert(k, id, now)
+	_, i := s.find(k, h)
+	if i == nilIndex {
+		i = s.insert(k, h, id, now)
 	}
 	e := s.at(i)
 	e.upstream, e.lastUsed = id, now
 	if av != 0 {
-		e.avoid, e.avoidUntil = av, t.seconds(avoidUntil)+1
-	} else if e.avoid != 0 && !t.avoiding(e, now) {
-		e.avoid = 0
+		e.avoid, e.avoidUntil = av, t.secondsCeil(avoidUntil)
+	} else if e.avoid != 0 && now >= e.avoidUntil {
+		e.avoid, e.avoidUntil = 0, 0
 	}
 	s.moveToFront(i)
 }
 
-func (t *PinTable) avoiding(e *entry, now uint32) bool { return e.avoid != 0 && now < e.avoidUntil }
-
 // MarkFailed records that upstream failed session k: the session avoids it
 // until until. The pin itself is left for the next request to move, so that
-// the move is counted as a re-pin where it happens.
+// the move is counted as a re-pin where it happens. A session without a pin
+// is left alone.
 func (t *PinTable) MarkFailed(k PinKey, upstream string, until time.Time) {
 	av := t.names.id(upstream) + 1
-	s := t.shardOf(k)
+	h := hashKey(k)
+	s := t.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i, ok := s.index[k]; ok {
+	if _, i := s.find(k, h); i != nilIndex {
 		e := s.at(i)
-		e.avoid, e.avoidUntil = av, t.seconds(until)+1
+		e.avoid, e.avoidUntil = av, t.secondsCeil(until)
 	}
 }
 
 // Delete drops the pin of k, reporting whether there was one.
 func (t *PinTable) Delete(k PinKey) bool {
-	s := t.shardOf(k)
+	h := hashKey(k)
+	s := t.shardOf(h)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i, ok := s.index[k]
-	if ok {
-		s.remove(i)
+	pos, i := s.find(k, h)
+	if i != nilIndex {
+		s.remove(pos, i)
 	}
-	return ok
+	return i != nilIndex
 }
 
 // Len returns the number of pins held, expired ones not yet swept included.
@@ -271,23 +338,28 @@ func (t *PinTable) Evictions() uint64 {
 	return n
 }
 
-// Range calls fn for every live pin, shard by shard, until fn returns false.
-// fn runs without any lock held.
+// Range calls fn for every live pin, shard by shard and, within a shard,
+// from the most recently used, until fn returns false. Each shard is copied
+// under its lock and fn runs with no lock held, so fn may use the table.
 func (t *PinTable) Range(fn func(PinKey, Pin) bool) {
+	type snapshot struct {
+		key                         PinKey
+		upstream, avoid, avoidUntil uint32
+	}
 	now := t.seconds(t.now())
-	var batch []PinKey
+	var batch []snapshot
 	for i := range t.shards {
 		s := &t.shards[i]
 		batch = batch[:0]
 		s.mu.Lock()
 		for j := s.head; j != nilIndex; j = s.at(j).next {
 			if e := s.at(j); !t.expired(e.lastUsed, now) {
-				batch = append(batch, e.key)
+				batch = append(batch, snapshot{e.key(), e.upstream, e.avoid, e.avoidUntil})
 			}
 		}
 		s.mu.Unlock()
-		for _, k := range batch {
-			if p, ok := t.Peek(k); ok && !fn(k, p) {
+		for _, b := range batch {
+			if !fn(b.key, t.pin(b.upstream, b.avoid, b.avoidUntil)) {
 				return
 			}
 		}
@@ -304,7 +376,7 @@ func (t *PinTable) Sweep() int {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for s.tail != nilIndex && t.expired(s.at(s.tail).lastUsed, now) {
-			s.remove(s.tail)
+			s.removeEntry(s.tail)
 			removed++
 		}
 		s.mu.Unlock()
@@ -312,33 +384,46 @@ func (t *PinTable) Sweep() int {
 	return removed
 }
 
-// StartExpiry sweeps expired pins every interval until Stop.
+// StartExpiry sweeps expired pins every interval until Stop. It starts at
+// most one goroutine per table, and none after Stop.
 func (t *PinTable) StartExpiry(interval time.Duration) {
+	t.life.Lock()
+	defer t.life.Unlock()
+	if t.stopped || t.stop != nil {
+		return
+	}
 	t.stop = make(chan struct{})
 	t.done = make(chan struct{})
-	go func() {
-		defer close(t.done)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				t.Sweep()
-			case <-t.stop:
-				return
-			}
+	go t.expire(interval, t.stop, t.done)
+}
+
+// expire is the expiry goroutine.
+func (t *PinTable) expire(interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			t.Sweep()
+		case <-stop:
+			return
 		}
-	}()
+	}
 }
 
 // Stop ends the expiry goroutine, if any, and waits for it to exit.
 func (t *PinTable) Stop() {
-	t.stopOnce.Do(func() {
-		if t.stop != nil {
-			close(t.stop)
-			<-t.done
-		}
-	})
+	t.life.Lock()
+	if !t.stopped && t.stop != nil {
+		close(t.stop)
+	}
+	t.stopped = true
+	done := t.done
+	t.life.Unlock()
+	if done != nil {
+		<-done
+	}
 }
 
 // Destruct stops the table when the last config using it is unloaded
@@ -352,11 +437,89 @@ func (s *shard) at(i int32) *entry {
 	return &s.chunks[i>>chunkBits][i&(chunkSize-1)]
 }
 
+// find returns the index slot and entry number of k, or -1 and nilIndex.
+// The caller holds s.mu.
+func (s *shard) find(k PinKey, h uint64) (pos int, i int32) {
+	if len(s.slots) == 0 {
+		return -1, nilIndex
+	}
+	mask := uint32(len(s.slots) - 1)
+	tag := uint32(h)
+	for p := tag & mask; ; p = (p + 1) & mask {
+		v := s.slots[p]
+		if v == 0 {
+			return -1, nilIndex
+		}
+		if uint32(v>>32) == tag {
+			i := int32(uint32(v)) - 1
+			if e := s.at(i); e.session == k.Session && e.namespace == k.Namespace {
+				return int(p), i
+			}
+		}
+	}
+}
+
+// findEntry returns the index slot that refers to entry i. The caller holds
+// s.mu.
+func (s *shard) findEntry(i int32) int {
+	e := s.at(i)
+	pos, _ := s.find(e.key(), hashKey(e.key()))
+	return pos
+}
+
+// addSlot records entry i under hash h, growing the index to keep it at
+// most three quarters full. The caller holds s.mu.
+func (s *shard) addSlot(h uint64, i int32) {
+	if (s.len+1)*4 > len(s.slots)*3 {
+		s.growSlots()
+	}
+	placeSlot(s.slots, h<<32|uint64(i+1))
+}
+
+// placeSlot puts v into the first free slot of its probe sequence.
+func placeSlot(slots []uint64, v uint64) {
+	mask := uint32(len(slots) - 1)
+	p := uint32(v>>32) & mask
+	for slots[p] != 0 {
+		p = (p + 1) & mask
+	}
+	slots[p] = v
+}
+
+// growSlots doubles the index. Slots carry their hash, so no entry is read.
+func (s *shard) growSlots() {
+	old := s.slots
+	s.slots = make([]uint64, max(2*len(old), minSlots))
+	for _, v := range old {
+		if v != 0 {
+			placeSlot(s.slots, v)
+		}
+	}
+}
+
+// deleteSlot empties slot pos, shifting later members of its probe run back
+// so that every run stays unbroken (no tombstones). The caller holds s.mu.
+func (s *shard) deleteSlot(pos int) {
+	mask := uint32(len(s.slots) - 1)
+	hole := uint32(pos)
+	for p := (hole + 1) & mask; s.slots[p] != 0; p = (p + 1) & mask {
+		v := s.slots[p]
+		home := uint32(v>>32) & mask
+		// v may fill the hole if the hole lies on its probe path, that
+		// is, no farther back from p than v's home is.
+		if (p-hole)&mask <= (p-home)&mask {
+			s.slots[hole] = v
+			hole = p
+		}
+	}
+	s.slots[hole] = 0
+}
+
 // insert adds a new entry at the front, evicting the least recently used
 // one when the shard is full. The caller holds s.mu.
-func (s *shard) insert(k PinKey, upstream, now uint32) int32 {
+func (s *shard) insert(k PinKey, h uint64, upstream, now uint32) int32 {
 	if s.len >= s.max && s.tail != nilIndex {
-		s.remove(s.tail)
+		s.removeEntry(s.tail)
 		s.evictions++
 	}
 	i := s.free
@@ -372,7 +535,14 @@ func (s *shard) insert(k PinKey, upstream, now uint32) int32 {
 		i = int32(last)<<chunkBits | int32(len(c))
 		s.chunks[last] = c[:len(c)+1]
 	}
-	*s.at(i) = entry{key: k, upstream: upstream, lastUsed: now, prev: nilIndex, next: s.head}
+	*s.at(i) = entry{
+		session:   k.Session,
+		namespace: k.Namespace,
+		upstream:  upstream,
+		lastUsed:  now,
+		prev:      nilIndex,
+		next:      s.head,
+	}
 	if s.head != nilIndex {
 		s.at(s.head).prev = i
 	}
@@ -380,17 +550,23 @@ func (s *shard) insert(k PinKey, upstream, now uint32) int32 {
 	if s.tail == nilIndex {
 		s.tail = i
 	}
-	s.index[k] = i
+	s.addSlot(h, i)
 	s.len++
 	return i
 }
 
-// remove unlinks entry i and puts it on the free list. The caller holds s.mu.
-func (s *shard) remove(i int32) {
-	e := s.at(i)
+// removeEntry removes entry i, finding its index slot first. The caller
+// holds s.mu.
+func (s *shard) removeEntry(i int32) {
+	s.remove(s.findEntry(i), i)
+}
+
+// remove unlinks entry i, empties its index slot pos and puts the entry on
+// the free list. The caller holds s.mu.
+func (s *shard) remove(pos int, i int32) {
 	s.unlink(i)
-	delete(s.index, e.key)
-	*e = entry{next: s.free, prev: nilIndex}
+	s.deleteSlot(pos)
+	*s.at(i) = entry{next: s.free, prev: nilIndex}
 	s.free = i
 	s.len--
 }
@@ -435,6 +611,7 @@ type internTable struct {
 	names atomic.Pointer[[]string]
 }
 
+// id returns the number of name, assigning the next one to a new name.
 func (n *internTable) id(name string) uint32 {
 	if names := n.names.Load(); names != nil {
 		// Few names: a scan is cheaper than taking the lock.
@@ -460,6 +637,7 @@ func (n *internTable) id(name string) uint32 {
 	return id
 }
 
+// name returns the name numbered id.
 func (n *internTable) name(id uint32) string {
 	return (*n.names.Load())[id]
 }

@@ -28,33 +28,50 @@ type Candidates interface {
 // With balanceFactor > 0 the load is bounded: an upstream already serving
 // at least ceil(balanceFactor × (in-flight + 1) / eligible) requests is
 // passed over for the next in the session's rendezvous order, so a burst
-// of new sessions that hash alike cannot pile onto one upstream.
+// of new sessions that hash alike cannot pile onto one upstream. (Some
+// eligible upstream is always under that bound; should the counts move
+// while they are read so that none is, the bound is ignored.) A factor of
+// 0 or less turns the bound off.
 //
 // It returns the index of the chosen candidate, or -1 if none is eligible.
 func Place[C Candidates](key session.Key, c C, balanceFactor float64) int {
-	eligible, total := 0, 0
-	for i := 0; i < c.Len(); i++ {
-		if c.Eligible(i) {
-			eligible++
-			total += c.InFlight(i)
-		}
-	}
-	if eligible == 0 {
-		return -1
-	}
-	limit := math.MaxInt
+	n := c.Len()
+	limit := math.Inf(1)
 	if balanceFactor > 0 {
-		limit = int(math.Ceil(balanceFactor * float64(total+1) / float64(eligible)))
+		eligible, total := 0, 0
+		for i := 0; i < n; i++ {
+			if c.Eligible(i) {
+				eligible++
+				total += c.InFlight(i)
+			}
+		}
+		if eligible == 0 {
+			return -1
+		}
+		// In floating point, so that a huge factor means no bound
+		// rather than an integer overflow.
+		limit = math.Ceil(balanceFactor * float64(total+1) / float64(eligible))
 	}
 	k := keyHash(key)
-	best, bestScore := -1, uint64(0)
-	for i := 0; i < c.Len(); i++ {
-		if !c.Eligible(i) || c.InFlight(i) >= limit {
+	best, bestScore := -1, uint64(0)       // the winner under the bound
+	anyBest, anyBestScore := -1, uint64(0) // the winner ignoring the bound
+	for i := 0; i < n; i++ {
+		if !c.Eligible(i) {
 			continue
 		}
-		if s := score(k, c.Dial(i)); best < 0 || s > bestScore {
+		s := score(k, c.Dial(i))
+		if anyBest < 0 || s > anyBestScore {
+			anyBest, anyBestScore = i, s
+		}
+		if float64(c.InFlight(i)) >= limit {
+			continue
+		}
+		if best < 0 || s > bestScore {
 			best, bestScore = i, s
 		}
+	}
+	if best < 0 {
+		return anyBest
 	}
 	return best
 }
