@@ -35,7 +35,8 @@ var caddyMu sync.Mutex
 // startCaddy adapts a Caddyfile and runs it in this process until the test
 // ends. The Caddyfile should start with a global options block; one with
 // admin off, auto_https off and quiet logs is prepended when it has none.
-func startCaddy(t testing.TB, caddyfile string) {
+// It returns the adapted JSON config (for reloads through the admin API).
+func startCaddy(t testing.TB, caddyfile string) []byte {
 	t.Helper()
 	if !strings.HasPrefix(strings.TrimSpace(caddyfile), "{") {
 		caddyfile = "{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tlog default {\n\t\toutput discard\n\t}\n}\n" + caddyfile
@@ -55,6 +56,7 @@ func startCaddy(t testing.TB, caddyfile string) {
 		}
 		caddyMu.Unlock()
 	})
+	return cfg
 }
 
 // seen is what an upstream observed of one request.

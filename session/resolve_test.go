@@ -347,3 +347,16 @@ func TestBodyRestoredAfterResolve(t *testing.T) {
 		t.Fatalf("restored body differs: %q", got)
 	}
 }
+
+func TestParseKey(t *testing.T) {
+	k := NewKey([]string{"t"}, "id")
+	got, err := ParseKey(k.String())
+	if err != nil || got != k {
+		t.Fatalf("ParseKey(String()) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "abc", strings.Repeat("g", 32), k.String() + "0"} {
+		if _, err := ParseKey(bad); err == nil {
+			t.Errorf("ParseKey(%q) accepted", bad)
+		}
+	}
+}

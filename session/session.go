@@ -7,6 +7,7 @@ package session
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 )
 
 // Key is the scoped identity of a session: a hash of the scope values and the
@@ -16,6 +17,18 @@ type Key [16]byte
 
 // String returns the key as 32 lowercase hex digits.
 func (k Key) String() string { return hex.EncodeToString(k[:]) }
+
+// ParseKey parses the 32 hex digits of Key.String.
+func ParseKey(s string) (Key, error) {
+	var k Key
+	if len(s) != 2*len(k) {
+		return k, fmt.Errorf("session key %q: want %d hex digits", s, 2*len(k))
+	}
+	if _, err := hex.Decode(k[:], []byte(s)); err != nil {
+		return k, fmt.Errorf("session key %q: %v", s, err)
+	}
+	return k, nil
+}
 
 // IsZero reports whether k is the zero key (no session).
 func (k Key) IsZero() bool { return k == Key{} }

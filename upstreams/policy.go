@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -82,6 +83,9 @@ type StickySelection struct {
 	placeByFallback bool
 	balanceFactor   float64
 	table           *PinTable
+	first           *atomic.Pointer[firstAttempt] // the last pool seen; set in Provision
+	pools           *cowMap[uint64, *poolRecord]  // every pool served, by namespace, for the admin API
+	cleaned         *atomic.Bool
 	tableKey        string
 	now             func() time.Time
 }
@@ -141,6 +145,10 @@ func (p *StickySelection) Provision(ctx caddy.Context) error {
 		return err
 	}
 	p.table = t.(*PinTable)
+	p.first = new(atomic.Pointer[firstAttempt])
+	p.pools = new(cowMap[uint64, *poolRecord])
+	p.cleaned = new(atomic.Bool)
+	register(p)
 	return nil
 }
 
@@ -173,9 +181,11 @@ func (p *StickySelection) Validate() error {
 // Cleanup releases this config's hold on the pin table; the table stops
 // when no config holds it.
 func (p *StickySelection) Cleanup() error {
-	if p.table == nil {
+	// A second Cleanup must not release another config's hold.
+	if p.table == nil || p.cleaned.Swap(true) {
 		return nil
 	}
+	unregister(p)
 	_, err := tables.Delete(p.tableKey)
 	return err
 }
@@ -187,11 +197,13 @@ type pool struct {
 	exclude   []string
 }
 
-func (c pool) Len() int           { return len(c.upstreams) }
-func (c pool) Dial(i int) string  { return c.upstreams[i].Dial }
-func (c pool) InFlight(i int) int { return c.upstreams[i].NumRequests() }
-func (c pool) Eligible(i int) bool {
-	return c.upstreams[i].Available() && !slices.Contains(c.exclude, c.upstreams[i].Dial)
+func (c pool) Len() int            { return len(c.upstreams) }
+func (c pool) Dial(i int) string   { return c.upstreams[i].Dial }
+func (c pool) InFlight(i int) int  { return c.upstreams[i].NumRequests() }
+func (c pool) Eligible(i int) bool { return c.eligible(c.upstreams[i]) }
+
+func (c pool) eligible(u *reverseproxy.Upstream) bool {
+	return u.Available() && !slices.Contains(c.exclude, u.Dial)
 }
 
 // find returns the pool member dialled at dial, or nil.
@@ -213,19 +225,75 @@ type attempt struct {
 	failed []string // upstreams that failed earlier attempts of this request
 }
 
+// firstAttempt is the policy's state for a request on its first attempt.
+// All it holds is the pin namespace of the pool, which every request to the
+// pool shares, so a request that is not retried costs no allocation.
+type firstAttempt struct {
+	policy *StickySelection
+	// upstreams is the pool namespace was computed for. Holding it keeps
+	// its members alive, so a pool with the same members (pointers) is the
+	// same pool.
+	upstreams reverseproxy.UpstreamPool
+	namespace uint64
+}
+
+// firstAttempt returns the first-attempt state for a pool, computing its
+// namespace only when the pool differs from the last one seen (static
+// upstreams: once).
+func (p *StickySelection) firstAttempt(upstreams reverseproxy.UpstreamPool) *firstAttempt {
+	if fa := p.first.Load(); fa != nil && slices.Equal(fa.upstreams, upstreams) {
+		return fa
+	}
+	fa := &firstAttempt{
+		policy:    p,
+		upstreams: slices.Clone(upstreams),
+		namespace: Namespace(p.Name, pool{upstreams: upstreams}),
+	}
+	p.pools.loadOrStore(fa.namespace, func() *poolRecord { return new(poolRecord) }).observe(fa.upstreams)
+	p.first.Store(fa)
+	return fa
+}
+
+// Done learns how the request ended.
+func (fa *firstAttempt) Done(s *session.Session, status int, err error) {
+	fa.policy.done(PinKey{Namespace: fa.namespace, Session: s.Key}, s, status, err)
+}
+
 // Select chooses the upstream for a request.
 func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s := session.FromContext(r.Context())
 	if s == nil {
-		return p.fallback.Select(upstreams, r, w)
+		p.firstAttempt(upstreams) // remembers the pool for the admin API
+		up := p.fallback.Select(upstreams, r, w)
+		countDecision(dialOf(up), session.DecisionNone)
+		return up
 	}
 	c := pool{upstreams: upstreams}
-	a, retry := s.Balancer.(*attempt)
-	if !retry || a.policy != p {
-		a = &attempt{policy: p, key: PinKey{Namespace: Namespace(p.Name, c), Session: s.Key}}
-		s.Balancer, s.Upstream, retry = a, "", false
+	// Caddy calls Select again with the same request on a retry; the
+	// session then holds this policy's state and the upstream that failed.
+	var a *attempt
+	switch b := s.Balancer.(type) {
+	case *attempt:
+		if b.policy == p && s.Upstream != "" {
+			a = b
+		}
+	case *firstAttempt:
+		if b.policy == p && s.Upstream != "" {
+			// The first retry: only now does the request need state of
+			// its own.
+			a = &attempt{policy: p, key: PinKey{Namespace: b.namespace, Session: s.Key}}
+			s.Balancer = a
+		}
 	}
-	retry = s.Upstream != ""
+	retry := a != nil
+	var key PinKey
+	if retry {
+		key = a.key
+	} else {
+		fa := p.firstAttempt(upstreams)
+		key = PinKey{Namespace: fa.namespace, Session: s.Key}
+		s.Balancer, s.Upstream = fa, ""
+	}
 	now := p.now()
 
 	var up *reverseproxy.Upstream
@@ -235,16 +303,23 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 		// the pin if it was there; a failed spill leaves the pin at home.
 		failed := s.Upstream
 		a.failed = append(a.failed, failed)
-		c.exclude = a.failed
-		up = p.place(s, c, r, w)
-		decision = session.DecisionSpill
-		if pin, ok := p.table.Peek(a.key); !ok || pin.Upstream == failed {
+		pin, ok := p.table.Peek(key)
+		c.exclude = withAvoided(a.failed, pin, now)
+		if !ok || pin.Upstream == failed {
+			up = p.place(s, c, r, w)
 			decision = session.DecisionRepinFailed
 			if up != nil {
-				p.table.Repin(a.key, up.Dial, failed, now.Add(time.Duration(p.FailureCooldown)))
+				p.table.Repin(key, up.Dial, failed, now.Add(time.Duration(p.FailureCooldown)))
 			}
+		} else if u := c.find(pin.Upstream); u != nil && c.eligible(u) {
+			// The pin is elsewhere and can take the request: a concurrent
+			// request of the session has moved it off the failed upstream
+			// already, or home has room again after a spill.
+			up, decision = u, session.DecisionHit
+		} else {
+			up, decision = p.place(s, c, r, w), session.DecisionSpill
 		}
-	} else if pin, ok := p.table.Get(a.key); ok {
+	} else if pin, ok := p.table.Get(key); ok {
 		pinned := c.find(pin.Upstream)
 		switch {
 		case pinned == nil:
@@ -262,9 +337,10 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 			if pinned != nil {
 				c.exclude = []string{pinned.Dial}
 			}
+			c.exclude = withAvoided(c.exclude, pin, now)
 			up = p.place(s, c, r, w)
 			if up != nil && decision != session.DecisionSpill {
-				p.table.Repin(a.key, up.Dial, pin.Avoid, pin.AvoidUntil)
+				p.table.Repin(key, up.Dial, pin.Avoid, pin.AvoidUntil)
 			}
 		}
 	} else {
@@ -272,7 +348,7 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 		if up != nil {
 			// A concurrent first request of the session may have pinned it
 			// already: follow that pin while it is available.
-			if winner := p.table.PinIfAbsent(a.key, up.Dial); winner != up.Dial {
+			if winner := p.table.PinIfAbsent(key, up.Dial); winner != up.Dial {
 				if u := c.find(winner); u != nil && u.Available() {
 					up = u
 				}
@@ -284,7 +360,25 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 	if up != nil {
 		s.Upstream = up.Dial
 	}
+	countDecision(dialOf(up), decision)
 	return up
+}
+
+// dialOf returns the dial address of up, or "" for none.
+func dialOf(up *reverseproxy.Upstream) string {
+	if up == nil {
+		return ""
+	}
+	return up.Dial
+}
+
+// withAvoided returns exclude plus the upstream the pin still avoids, if
+// any, leaving exclude itself unchanged.
+func withAvoided(exclude []string, pin Pin, now time.Time) []string {
+	if pin.Avoids(pin.Avoid, now) {
+		return append(slices.Clip(exclude), pin.Avoid)
+	}
+	return exclude
 }
 
 // place chooses an upstream for the session, away from c.exclude when it
@@ -319,6 +413,11 @@ func (p *StickySelection) place(s *session.Session, c pool, r *http.Request, w h
 // failure (or a proxy error with such a status) makes the session avoid the
 // upstream that answered it, so the next request is re-pinned elsewhere.
 func (a *attempt) Done(s *session.Session, status int, err error) {
+	a.policy.done(a.key, s, status, err)
+}
+
+// done records how a request of the session pinned under key ended.
+func (p *StickySelection) done(key PinKey, s *session.Session, status int, err error) {
 	if s.Upstream == "" {
 		return
 	}
@@ -326,8 +425,8 @@ func (a *attempt) Done(s *session.Session, status int, err error) {
 	if errors.As(err, &he) && he.StatusCode != 0 {
 		status = he.StatusCode
 	}
-	if slices.Contains(a.policy.RepinOnStatus, status) {
-		a.policy.table.MarkFailed(a.key, s.Upstream, a.policy.now().Add(time.Duration(a.policy.FailureCooldown)))
+	if slices.Contains(p.RepinOnStatus, status) {
+		p.table.MarkFailed(key, s.Upstream, p.now().Add(time.Duration(p.FailureCooldown)))
 	}
 }
 
@@ -338,4 +437,5 @@ var (
 	_ caddy.CleanerUpper    = (*StickySelection)(nil)
 	_ reverseproxy.Selector = (*StickySelection)(nil)
 	_ session.Balancer      = (*attempt)(nil)
+	_ session.Balancer      = (*firstAttempt)(nil)
 )

@@ -4,7 +4,6 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
@@ -121,15 +120,9 @@ type poolRecord struct {
 	pool atomic.Pointer[reverseproxy.UpstreamPool]
 }
 
-// observe remembers the pool, cheaply when it is the one seen last (static
-// upstreams pass the same slice every time).
+// observe remembers the pool; the caller no longer modifies it.
 func (r *poolRecord) observe(pool reverseproxy.UpstreamPool) {
-	if last := r.pool.Load(); last != nil && len(*last) == len(pool) &&
-		(len(pool) == 0 || unsafe.SliceData(*last) == unsafe.SliceData(pool)) {
-		return
-	}
-	p := append(reverseproxy.UpstreamPool(nil), pool...)
-	r.pool.Store(&p)
+	r.pool.Store(&pool)
 }
 
 // live lists the provisioned policies.
