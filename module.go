@@ -11,18 +11,23 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/sessionkeeping/caddy-session-keeping/activity"
 	"github.com/sessionkeeping/caddy-session-keeping/session"
-	_ "github.com/sessionkeeping/caddy-session-keeping/upstreams" // lb_policy session_sticky
 )
 
 func init() {
 	caddy.RegisterModule(Handler{})
 }
+
+// history is the request history shown by the admin API, shared by every
+// session_keeping handler of the process.
+var history = activity.New(activity.DefaultMaxSessions, activity.DefaultMaxRequests)
 
 // DefaultScope is the scope used when none is configured: the authenticated
 // user, so that one tenant cannot steer or collide with another by reusing a
@@ -101,8 +106,9 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision builds the resolver from the configuration.
-func (h *Handler) Provision(_ caddy.Context) error {
+// Provision builds the resolver from the configuration and registers the
+// plugin's metrics.
+func (h *Handler) Provision(ctx caddy.Context) error {
 	cfg, err := h.resolverConfig()
 	if err != nil {
 		return err
@@ -115,6 +121,11 @@ func (h *Handler) Provision(_ caddy.Context) error {
 		h.Scope = DefaultScope
 	}
 	h.logRaw = h.RecordIDs == "raw"
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		if err := registerMetrics(reg); err != nil {
+			return fmt.Errorf("registering metrics: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -182,15 +193,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		scope = append(scope, repl.ReplaceAll(s, ""))
 	}
 
+	start := time.Now()
 	res, err := h.resolver.Resolve(r, scope)
 	if err != nil {
 		return caddyhttp.Error(bodyErrorStatus(err), err)
 	}
+	if res.Skipped > 0 {
+		invalidIDs.Add(float64(res.Skipped))
+	}
 
 	if !res.Found {
+		resolvedNone.Inc()
 		repl.Map(placeholders(nil, res.Model))
 		return next.ServeHTTP(w, r)
 	}
+	countResolution(res.Source)
 
 	s := &res.Session
 	repl.Map(placeholders(s, res.Model))
@@ -214,7 +231,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		extra.Add(zap.String("session_decision", s.Decision))
 		extra.Add(zap.String("session_upstream", s.Upstream))
 	}
+	h.record(r, repl, s, ow.status, err, start)
 	return err
+}
+
+// countResolution counts a resolved session by the kind of its source.
+func countResolution(source string) {
+	switch {
+	case strings.HasPrefix(source, "header:"):
+		resolvedHeader.Inc()
+	case strings.HasPrefix(source, "body:"):
+		resolvedBody.Inc()
+	default:
+		resolvedAuto.Inc()
+	}
+}
+
+// record adds the finished request to the admin API's history.
+func (h *Handler) record(r *http.Request, repl *caddy.Replacer, s *session.Session, status int, err error, start time.Time) {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		status = he.StatusCode
+	}
+	retries, _ := repl.Get("http.reverse_proxy.retries")
+	n, _ := retries.(int)
+	decision := s.Decision
+	if decision == "" {
+		decision = session.DecisionNone
+	}
+	id := ""
+	if h.logRaw {
+		id = s.ID
+	}
+	history.Record(s, id, activity.Request{
+		Time: start, Method: r.Method, Path: r.URL.Path, Model: s.Model,
+		Upstream: s.Upstream, Status: status, Duration: time.Since(start),
+		Decision: decision, Retries: n,
+	})
 }
 
 // bodyErrorStatus maps a failed body read to the status the client gets:
