@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -763,11 +764,41 @@ func appendUnescaped(dst, src []byte) []byte {
 // consumes at least one byte when dst has room for utf8.UTFMax bytes.
 func unescapeInto(dst, src []byte) (n, used int) {
 	for used < len(src) && n < len(dst) {
-		// Look for an escape only as far as the room left in dst, so that
-		// a long unescaped run is scanned once, not once per call.
-		end := min(len(src), used+len(dst)-n)
-		k := bytes.IndexByte(src[used:end], '\\')
-		if k != 0 {
+		// Copy plain bytes a word at a time, and decode two-byte escapes
+		// such as \n or \" on the way. Code escapes a character every few
+		// bytes, too often for a call to bytes.IndexByte and unescapeOne
+		// per escape to pay off. A word is stored whole: the bytes after a
+		// backslash in it are overwritten next.
+		for plain := 0; plain < swarSpan && used+8 <= len(src) && n+8 <= len(dst); {
+			w := binary.LittleEndian.Uint64(src[used : used+8])
+			binary.LittleEndian.PutUint64(dst[n:n+8], w)
+			m := byteMask(w, '\\')
+			if m == 0 {
+				n += 8
+				used += 8
+				plain += 8
+				continue
+			}
+			k := bits.TrailingZeros64(m) >> 3
+			n += k
+			used += k
+			if used+1 >= len(src) || shortEscapes[src[used+1]] == 0 {
+				break
+			}
+			dst[n] = shortEscapes[src[used+1]]
+			n++
+			used += 2
+			plain = 0
+		}
+		if used >= len(src) || n >= len(dst) {
+			break
+		}
+		if src[used] != '\\' {
+			// A long run, or the last few bytes: look for an escape only
+			// as far as the room left in dst, so that a long run is
+			// scanned once, not once per call.
+			end := min(len(src), used+len(dst)-n)
+			k := bytes.IndexByte(src[used:end], '\\')
 			if k < 0 {
 				k = end - used
 			}
@@ -797,45 +828,39 @@ func unescapeOne(out []byte, s []byte) (n, width int) {
 		out[0] = '\\'
 		return 1, 1
 	}
-	var c byte
-	switch s[1] {
-	case '"', '\\', '/':
-		c = s[1]
-	case 'b':
-		c = '\b'
-	case 'f':
-		c = '\f'
-	case 'n':
-		c = '\n'
-	case 'r':
-		c = '\r'
-	case 't':
-		c = '\t'
-	case 'u':
-		r, ok := hex4(s[2:])
-		if !ok {
-			out[0] = '\\'
-			return 1, 1
-		}
-		width = 6
-		if utf16.IsSurrogate(r) {
-			r2, ok := rune(0), false
-			if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
-				r2, ok = hex4(s[8:])
-			}
-			if d := utf16.DecodeRune(r, r2); ok && d != utf8.RuneError {
-				r, width = d, 12
-			} else {
-				r = utf8.RuneError
-			}
-		}
-		return utf8.EncodeRune(out, r), width
-	default:
+	if c := shortEscapes[s[1]]; c != 0 {
+		out[0] = c
+		return 1, 2
+	}
+	if s[1] != 'u' {
 		out[0] = '\\'
 		return 1, 1
 	}
-	out[0] = c
-	return 1, 2
+	r, ok := hex4(s[2:])
+	if !ok {
+		out[0] = '\\'
+		return 1, 1
+	}
+	width = 6
+	if utf16.IsSurrogate(r) {
+		r2, ok := rune(0), false
+		if len(s) >= 12 && s[6] == '\\' && s[7] == 'u' {
+			r2, ok = hex4(s[8:])
+		}
+		if d := utf16.DecodeRune(r, r2); ok && d != utf8.RuneError {
+			r, width = d, 12
+		} else {
+			r = utf8.RuneError
+		}
+	}
+	return utf8.EncodeRune(out, r), width
+}
+
+// shortEscapes maps the character after a backslash to what the two-byte
+// escape decodes to, and every other character to 0.
+var shortEscapes = [256]byte{
+	'"': '"', '\\': '\\', '/': '/',
+	'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t',
 }
 
 // hex4 parses the four hex digits at the start of s.

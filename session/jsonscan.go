@@ -1,6 +1,10 @@
 package session
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+)
 
 // This file skims JSON: it finds the extent of values without decoding them.
 //
@@ -29,24 +33,60 @@ func skipSpace(b []byte, i int) int {
 
 // skipString returns the index just past the string whose opening quote is at
 // b[i], or -1 if it is not terminated.
+//
+// Code in prompts and tool output escapes a quote every few dozen bytes, and
+// each escaped quote stops the search for the closing one. bytes.IndexByte is
+// fastest over long runs but costs a call and setup per stop, which made it
+// the bulk of a skim of such text; so the search first tests the next few
+// words in place and calls IndexByte only when they hold no quote.
 func skipString(b []byte, i int) int {
 	j := i + 1
 	for {
-		k := bytes.IndexByte(b[j:], '"')
+		k := -1
+		for end := min(len(b), j+swarSpan) - 8; j <= end; j += 8 {
+			if m := byteMask(binary.LittleEndian.Uint64(b[j:j+8]), '"'); m != 0 {
+				k = j + bits.TrailingZeros64(m)>>3
+				break
+			}
+		}
 		if k < 0 {
-			return -1
+			if k = bytes.IndexByte(b[j:], '"'); k < 0 {
+				return -1
+			}
+			k += j
 		}
-		j += k
-		// The quote is escaped when an odd number of backslashes precede it.
-		n := 0
-		for p := j - 1; p > i && b[p] == '\\'; p-- {
-			n++
+		if b[k-1] != '\\' {
+			return k + 1
 		}
-		if n%2 == 0 {
-			return j + 1
+		// The quote is escaped when an odd number of backslashes precede
+		// it.
+		p := k - 2
+		for p > i && b[p] == '\\' {
+			p--
 		}
-		j++
+		if (k-1-p)%2 == 0 {
+			return k + 1
+		}
+		j = k + 1
 	}
+}
+
+// swarSpan is how many bytes skipString (and unescapeInto) test a word at a
+// time before calling bytes.IndexByte: enough to span the usual gap between
+// escapes in code, little enough that a long plain run soon gets the
+// vectorised scan.
+const swarSpan = 128
+
+// byteMask returns a nonzero mask when byte c is among the 8 bytes of the
+// little-endian word w; the lowest set bit is then bit 7 of the first such
+// byte. It is the classic zero-byte test on x = w XOR c-repeated:
+// (x-0x0101..) &^ x & 0x8080.. sets the high bit of every zero byte of x, and
+// may also set it in a byte above a zero byte (through the borrow), but never
+// below the first one.
+func byteMask(w uint64, c byte) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := w ^ (uint64(c) * ones)
+	return (x - ones) &^ x & highs
 }
 
 // skipValue returns the index just past the value that starts at b[i] (no

@@ -2,6 +2,8 @@ package session
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -484,4 +486,152 @@ func FuzzSkim(f *testing.F) {
 		}
 		checkAgainstGJSON(t, data)
 	})
+}
+
+// refSkipString is the obvious byte-at-a-time skipString: a backslash
+// escapes the byte after it, and the first other quote ends the string.
+func refSkipString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+func TestByteMask(t *testing.T) {
+	// first returns the index byteMask reports for c in w, or 8.
+	first := func(w [8]byte, c byte) int {
+		m := byteMask(binary.LittleEndian.Uint64(w[:]), c)
+		if m == 0 {
+			return 8
+		}
+		return bits.TrailingZeros64(m) >> 3
+	}
+	// Bytes one bit away from '"' and '\\', and '#' ('"'+1), which the
+	// borrow of the zero-byte test can flag when it follows a match.
+	fill := []byte{'a', '#', ']', 0x00, 0x01, 0x80, 0xa2, 0xdc, 0xff, '"' ^ 0x40}
+	for _, c := range []byte{'"', '\\'} {
+		for _, f := range fill {
+			var w [8]byte
+			for k := range w {
+				w[k] = f
+			}
+			if got := first(w, c); got != 8 {
+				t.Errorf("byteMask(%q, %q) found it at %d", w, c, got)
+			}
+			// c at one offset, or at two: the first one is found, also
+			// when the byte after it is c+1.
+			for at := range 8 {
+				for second := at; second < 8; second++ {
+					for k := range w {
+						w[k] = f
+					}
+					if at+1 < 8 {
+						w[at+1] = c + 1
+					}
+					w[at], w[second] = c, c
+					if got := first(w, c); got != at {
+						t.Errorf("byteMask(%q, %q) found it at %d, want %d", w, c, got, at)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestSkipStringEscapeRuns(t *testing.T) {
+	// A quote after a run of 0 to 5 backslashes, at every offset from the
+	// opening quote through several words, past the point where the word
+	// scan hands over to bytes.IndexByte, and with the opening quote at
+	// every offset within a word. Runs of odd length escape the quote, so
+	// the string goes on to a closing quote further on.
+	for run := range 6 {
+		for at := 0; at < swarSpan+24; at++ {
+			for start := range 9 {
+				b := bytes.Repeat([]byte{'x'}, start)
+				b = append(b, '"')
+				b = append(b, bytes.Repeat([]byte{'a'}, at)...)
+				b = append(b, bytes.Repeat([]byte{'\\'}, run)...)
+				b = append(b, `"#b"c`...)
+				got, want := skipString(b, start), refSkipString(b, start)
+				if got != want {
+					t.Fatalf("skipString(%q, %d) = %d, want %d", b, start, got, want)
+				}
+				// Cut before the closing quote: not terminated.
+				cut := b[:len(b)-3]
+				if run%2 == 0 {
+					cut = b[:len(b)-5]
+				}
+				if got := skipString(cut, start); got != -1 {
+					t.Fatalf("skipString(%q, %d) = %d, want -1", cut, start, got)
+				}
+			}
+		}
+	}
+}
+
+func TestSkipStringMatchesReference(t *testing.T) {
+	// Random strings dense in quotes and backslashes, long enough to cross
+	// many words and the hand-over to bytes.IndexByte, read from every
+	// quote in them.
+	rng := rand.New(rand.NewPCG(13, 17))
+	alphabet := []byte{'a', 'a', 'a', '"', '\\', '\\', '#', ']', 0xa2, 0xdc}
+	for range 2000 {
+		b := make([]byte, rng.IntN(swarSpan*3))
+		for k := range b {
+			b[k] = alphabet[rng.IntN(len(alphabet))]
+		}
+		if rng.IntN(2) == 0 {
+			// Long plain runs, so that the scan reaches IndexByte.
+			for k := range b {
+				if rng.IntN(64) != 0 && b[k] != '"' {
+					b[k] = 'a'
+				}
+			}
+		}
+		for i, c := range b {
+			if c != '"' {
+				continue
+			}
+			if got, want := skipString(b, i), refSkipString(b, i); got != want {
+				t.Fatalf("skipString(%q, %d) = %d, want %d", b, i, got, want)
+			}
+		}
+	}
+}
+
+func TestUnescapeIntoWords(t *testing.T) {
+	// unescapeInto copies plain bytes and decodes short escapes a word at a
+	// time, and hands long runs to bytes.IndexByte. Escapes at every offset
+	// of a word, before and after a run longer than that, decoded through
+	// buffers of sizes around a word, give what appendUnescaped gives; so
+	// does a lone backslash at the end.
+	escapes := []string{`\n`, `\"`, `\\`, `\/`, `\u00e9`, `\ud83d\ude00`, `\x`, `\u12`, `\`}
+	for _, e := range escapes {
+		for before := range swarSpan + 20 {
+			for after := range 12 {
+				src := []byte(strings.Repeat("a", before) + e + strings.Repeat("b", after) + e)
+				want := string(appendUnescaped(nil, src))
+				for _, size := range []int{4, 7, 8, 9, 15, 16, 17, 24, 1024} {
+					var got []byte
+					buf := make([]byte, size)
+					for c := src; len(c) > 0; {
+						n, used := unescapeInto(buf, c)
+						if used == 0 {
+							t.Fatalf("unescapeInto made no progress on %q with %d bytes", c, size)
+						}
+						got = append(got, buf[:n]...)
+						c = c[used:]
+					}
+					if string(got) != want {
+						t.Fatalf("unescapeInto(%q) through %d bytes = %q, want %q", src, size, got, want)
+					}
+				}
+			}
+		}
+	}
 }
