@@ -1,6 +1,8 @@
 package sessionkeeping
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -36,14 +38,25 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	    scope         <placeholder or literal>...
 //	    max_body      <size>
 //	    record_ids    hashed|raw
+//	    key_pool      <name> <key>...
+//	    key_pool_sticky <name> on|off
+//	    strip_client_signals on|off
+//	    hint_secret   <secret>
 //	}
 //
-// header and body_field may be repeated.
+// header, body_field, key_pool and key_pool_sticky may be repeated (one
+// key_pool line per pool).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	type stickyLine struct {
+		name string
+		on   bool
+		line int
+	}
+	var sticky []stickyLine
 	for d.NextBlock(0) {
 		opt := d.Val()
 		switch opt {
@@ -137,9 +150,59 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err("record_ids: too many arguments")
 			}
 
+		case "key_pool":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return d.Err("key_pool: want <name> <key>...")
+			}
+			name := args[0]
+			if !validPoolName(name) {
+				return d.Errf("key_pool: bad pool name %q: want letters, digits, - and _", name)
+			}
+			for _, p := range h.KeyPools {
+				if p.Name == name {
+					return d.Errf("key_pool: pool %q is defined twice", name)
+				}
+			}
+			h.KeyPools = append(h.KeyPools, KeyPool{Name: name, Keys: args[1:]})
+
+		case "key_pool_sticky":
+			if !d.NextArg() {
+				return d.Err("key_pool_sticky: want <name> on|off")
+			}
+			name := d.Val()
+			on, err := parseOnOff(d)
+			if err != nil {
+				return d.Errf("key_pool_sticky %s: want on or off", name)
+			}
+			sticky = append(sticky, stickyLine{name, on, d.Line()})
+
+		case "strip_client_signals":
+			on, err := parseOnOff(d)
+			if err != nil {
+				return err
+			}
+			h.StripClientSignals = on
+
+		case "hint_secret":
+			args := d.RemainingArgs()
+			if len(args) != 1 || args[0] == "" {
+				return d.Err("hint_secret: want one secret")
+			}
+			h.HintSecret = args[0]
+
 		default:
 			return d.Errf("unrecognized session_keeping option %q", opt)
 		}
+	}
+	// key_pool_sticky may come before or after its key_pool line.
+	for _, s := range sticky {
+		i := slices.IndexFunc(h.KeyPools, func(p KeyPool) bool { return p.Name == s.name })
+		if i < 0 {
+			return fmt.Errorf("key_pool_sticky: no key_pool named %q, at %s:%d", s.name, d.File(), s.line)
+		}
+		on := s.on
+		h.KeyPools[i].Sticky = &on
 	}
 	return nil
 }

@@ -232,3 +232,85 @@ func TestProvisionErrorsNameTheOption(t *testing.T) {
 		t.Error("a handler with no signal at all was accepted")
 	}
 }
+
+func TestUnmarshalCaddyfileGatewayOptions(t *testing.T) {
+	h, err := parse(t, `session_keeping {
+		key_pool_sticky anthropic off
+		key_pool openai {env.OPENAI_KEY_1} {env.OPENAI_KEY_2}
+		key_pool anthropic {env.ANTHROPIC_KEY_1} literal-key
+		key_pool_sticky openai on
+		strip_client_signals on
+		hint_secret {env.HINT_SECRET}
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, off := true, false
+	want := &Handler{
+		KeyPools: []KeyPool{
+			{Name: "openai", Keys: []string{"{env.OPENAI_KEY_1}", "{env.OPENAI_KEY_2}"}, Sticky: &on},
+			{Name: "anthropic", Keys: []string{"{env.ANTHROPIC_KEY_1}", "literal-key"}, Sticky: &off},
+		},
+		StripClientSignals: true,
+		HintSecret:         "{env.HINT_SECRET}",
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("got  %+v\nwant %+v", h, want)
+	}
+
+	// The JSON the adapter writes decodes to the same handler.
+	raw := adaptHandler(t, `:8080 {
+	session_keeping {
+		key_pool openai {env.OPENAI_KEY_1} {env.OPENAI_KEY_2}
+		key_pool_sticky openai off
+		strip_client_signals on
+		hint_secret fleet
+	}
+	reverse_proxy https://api.openai.com {
+		header_up Authorization "Bearer {http.session.api_key.openai}"
+	}
+}`)
+	var got Handler
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.KeyPools) != 1 || got.KeyPools[0].Name != "openai" || len(got.KeyPools[0].Keys) != 2 ||
+		got.KeyPools[0].Sticky == nil || *got.KeyPools[0].Sticky || !got.StripClientSignals || got.HintSecret != "fleet" {
+		t.Fatalf("adapted %s", raw)
+	}
+	if !strings.Contains(string(raw), `"key_pools"`) || !strings.Contains(string(raw), `{env.OPENAI_KEY_1}`) {
+		t.Fatalf("adapted %s", raw)
+	}
+}
+
+func TestUnmarshalCaddyfileGatewayOptionErrors(t *testing.T) {
+	tests := []struct{ input, wantInError string }{
+		{"session_keeping {\nkey_pool\n}", "key_pool"},
+		{"session_keeping {\nkey_pool openai\n}", "key_pool"},
+		{"session_keeping {\nkey_pool a.b k\n}", "key_pool: bad pool name"},
+		{"session_keeping {\nkey_pool p k1\nkey_pool p k2\n}", `key_pool: pool "p" is defined twice`},
+		{"session_keeping {\nkey_pool_sticky\n}", "key_pool_sticky"},
+		{"session_keeping {\nkey_pool p k\nkey_pool_sticky p\n}", "key_pool_sticky p"},
+		{"session_keeping {\nkey_pool p k\nkey_pool_sticky p maybe\n}", "key_pool_sticky p"},
+		{"session_keeping {\nkey_pool p k\nkey_pool_sticky q off\n}", `key_pool_sticky: no key_pool named "q"`},
+		{"session_keeping {\nstrip_client_signals\n}", "strip_client_signals"},
+		{"session_keeping {\nstrip_client_signals sometimes\n}", "strip_client_signals"},
+		{"session_keeping {\nhint_secret\n}", "hint_secret"},
+		{"session_keeping {\nhint_secret a b\n}", "hint_secret"},
+	}
+	for _, tc := range tests {
+		_, err := parse(t, tc.input)
+		if err == nil {
+			t.Errorf("%s: no error", tc.input)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.wantInError) {
+			t.Errorf("%s: error %q does not name %q", tc.input, err, tc.wantInError)
+		}
+	}
+	// Keys are never part of an error.
+	_, err := parse(t, "session_keeping {\nkey_pool p sk-visible-key\nkey_pool p sk-visible-key\n}")
+	if err == nil || strings.Contains(err.Error(), "sk-visible-key") {
+		t.Errorf("error %v", err)
+	}
+}

@@ -41,7 +41,8 @@ var DefaultScope = []string{"{http.auth.user.id}"}
 // `session_source`.
 //
 // The handler never rejects a request because of its session signals, and
-// the next handler always receives exactly the bytes the client sent. Only a
+// the next handler always receives exactly the bytes the client sent (with
+// StripClientSignals, exactly those minus the stripped body fields). Only a
 // body that cannot be read (the client went away, or `request_body
 // max_size` was exceeded) ends the request, with that error.
 type Handler struct {
@@ -82,8 +83,32 @@ type Handler struct {
 	// Default: "hashed".
 	RecordIDs string `json:"record_ids,omitempty"`
 
-	resolver *session.Resolver
-	logRaw   bool
+	// Named pools of upstream API keys for the placeholder
+	// `{http.session.api_key.<name>}`: a session keeps one key of the pool
+	// (rendezvous hashing), requests without a session take the keys in
+	// round robin. Keys may be global placeholders such as `{env.KEY_1}`,
+	// replaced once when the config is loaded.
+	KeyPools []KeyPool `json:"key_pools,omitempty"`
+
+	// Whether the session signals that are gateway conventions are removed
+	// before the request goes on (after the session was resolved): the
+	// built-in session headers, the headers of `headers`, and the top-level
+	// body fields `session_id` and `litellm_session_id`. Every other byte of
+	// the body is kept. Default: false.
+	StripClientSignals bool `json:"strip_client_signals,omitempty"`
+
+	// The secret of `{http.session.hash}`, an HMAC of the session key. May
+	// be a global placeholder such as `{env.HINT_SECRET}`, replaced once
+	// when the config is loaded. Default: a random secret per process, not
+	// shared by replicas; set it when several Caddy instances serve one
+	// fleet.
+	HintSecret string `json:"hint_secret,omitempty"`
+
+	resolver     *session.Resolver
+	logRaw       bool
+	pools        map[string]*keyPool
+	hintSecret   []byte
+	stripHeaders []string
 }
 
 // SignalConfig names one user-added session signal.
@@ -121,6 +146,30 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.Scope = DefaultScope
 	}
 	h.logRaw = h.RecordIDs == "raw"
+	if h.pools, err = provisionKeyPools(h.KeyPools); err != nil {
+		return err
+	}
+	h.hintSecret = processHintSecret()
+	if h.HintSecret != "" {
+		secret := caddy.NewReplacer().ReplaceAll(h.HintSecret, "")
+		if secret == "" {
+			return fmt.Errorf("hint_secret: empty after placeholder replacement (unset environment variable?)")
+		}
+		h.hintSecret = []byte(secret)
+	}
+	if h.StripClientSignals {
+		h.stripHeaders = h.stripHeaders[:0]
+		for _, sc := range h.Headers {
+			s, err := session.HeaderSignal(sc.Name, 0)
+			if err != nil {
+				return fmt.Errorf("header: %v", err)
+			}
+			h.stripHeaders = append(h.stripHeaders, s.Name)
+		}
+		for _, s := range session.BuiltinHeaders {
+			h.stripHeaders = append(h.stripHeaders, s.Name)
+		}
+	}
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
 		if err := registerMetrics(reg); err != nil {
 			return fmt.Errorf("registering metrics: %v", err)
@@ -180,7 +229,7 @@ func (h *Handler) Validate() error {
 	default:
 		return fmt.Errorf("record_ids: want hashed or raw, got %q", h.RecordIDs)
 	}
-	return nil
+	return checkKeyPools(h.KeyPools)
 }
 
 // ServeHTTP resolves the session, publishes it and calls the next handler.
@@ -202,15 +251,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		invalidIDs.Add(float64(res.Skipped))
 	}
 
+	if h.StripClientSignals {
+		if r, err = h.strip(r); err != nil {
+			return caddyhttp.Error(bodyErrorStatus(err), err)
+		}
+	}
+
 	if !res.Found {
 		resolvedNone.Inc()
-		repl.Map(placeholders(nil, res.Model))
+		repl.Map(h.placeholders(nil, res.Model))
 		return next.ServeHTTP(w, r)
 	}
 	countResolution(res.Source)
 
 	s := &res.Session
-	repl.Map(placeholders(s, res.Model))
+	repl.Map(h.placeholders(s, res.Model))
 	r = r.WithContext(session.NewContext(r.Context(), s))
 	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
 	if extra != nil {
@@ -283,11 +338,33 @@ func bodyErrorStatus(err error) int {
 // placeholderPrefix is the namespace of the handler's placeholders.
 const placeholderPrefix = "http.session."
 
+// strip removes the client signals from r (see StripClientSignals). The
+// headers are removed from a copy of the header map, so the access log
+// still shows the request as the client sent it.
+func (h *Handler) strip(r *http.Request) (*http.Request, error) {
+	var cloned bool
+	for _, name := range h.stripHeaders {
+		if _, ok := r.Header[name]; !ok {
+			continue
+		}
+		if !cloned {
+			r2 := new(http.Request)
+			*r2 = *r
+			r2.Header = r.Header.Clone()
+			r, cloned = r2, true
+		}
+		delete(r.Header, name)
+	}
+	_, err := session.StripBody(r, h.MaxBody)
+	return r, err
+}
+
 // placeholders returns the replacer function for {http.session.*}. Values
 // are computed when a placeholder is used, not for every request. Without a
 // session every placeholder is known and empty, except the model, which is
-// known whenever the body was read.
-func placeholders(s *session.Session, model string) caddy.ReplacerFunc {
+// known whenever the body was read, and the API keys of key pools.
+func (h *Handler) placeholders(s *session.Session, model string) caddy.ReplacerFunc {
+	var picked map[string]int // key index per pool, chosen once per request
 	return func(key string) (any, bool) {
 		name, ok := strings.CutPrefix(key, placeholderPrefix)
 		if !ok {
@@ -296,9 +373,29 @@ func placeholders(s *session.Session, model string) caddy.ReplacerFunc {
 		switch name {
 		case "model":
 			return model, true
-		case "id", "key", "source", "upstream", "decision":
+		case "id", "key", "source", "upstream", "decision", "hash":
 		default:
-			return nil, false
+			pool, ok := strings.CutPrefix(name, "api_key.")
+			if !ok {
+				return nil, false
+			}
+			p := h.pools[pool]
+			if p == nil {
+				return nil, false
+			}
+			i, ok := picked[pool]
+			if !ok {
+				var k *session.Key
+				if s != nil {
+					k = &s.Key
+				}
+				i = p.pick(k)
+				if picked == nil {
+					picked = make(map[string]int, len(h.pools))
+				}
+				picked[pool] = i
+			}
+			return p.keys[i], true
 		}
 		if s == nil {
 			if name == "decision" {
@@ -315,6 +412,8 @@ func placeholders(s *session.Session, model string) caddy.ReplacerFunc {
 			return s.Source, true
 		case "upstream":
 			return s.Upstream, true
+		case "hash":
+			return sessionHint(h.hintSecret, s.Key), true
 		default:
 			if s.Decision == "" {
 				return session.DecisionNone, true
