@@ -276,17 +276,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 
-	ow := &outcomeWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	ow := &outcomeWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	err = next.ServeHTTP(ow, r)
 
+	// When every attempt failed, Caddy writes the error status after the
+	// chain returns: the status is then only in the error.
+	status := ow.status
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		status = he.StatusCode
+	}
 	if s.Balancer != nil {
-		s.Balancer.Done(s, ow.status, err)
+		s.Balancer.Done(s, status)
 	}
 	if extra != nil && s.Decision != "" {
 		extra.Add(zap.String("session_decision", s.Decision))
 		extra.Add(zap.String("session_upstream", s.Upstream))
 	}
-	h.record(r, repl, s, ow.status, err, start)
+	h.record(r, repl, s, status, start)
 	return err
 }
 
@@ -303,11 +310,7 @@ func countResolution(source string) {
 }
 
 // record adds the finished request to the admin API's history.
-func (h *Handler) record(r *http.Request, repl *caddy.Replacer, s *session.Session, status int, err error, start time.Time) {
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		status = he.StatusCode
-	}
+func (h *Handler) record(r *http.Request, repl *caddy.Replacer, s *session.Session, status int, start time.Time) {
 	retries, _ := repl.Get("http.reverse_proxy.retries")
 	n, _ := retries.(int)
 	decision := s.Decision

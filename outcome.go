@@ -12,7 +12,7 @@ import (
 // Unwrap lets http.ResponseController reach Flush and Hijack on the real
 // writer, so streamed (SSE) responses still flush event by event.
 type outcomeWriter struct {
-	*caddyhttp.ResponseWriterWrapper
+	caddyhttp.ResponseWriterWrapper
 	status int // 0 until a final (non-1xx) status is written
 }
 

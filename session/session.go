@@ -57,10 +57,10 @@ type Session struct {
 }
 
 // Balancer is a selection policy's view of one request: the handler calls
-// Done once, after the request has been proxied, with the final status (or
-// 0 if none was written) and the error the handler chain returned.
+// Done once, after the request has been proxied, with the final status the
+// client got (0 if none).
 type Balancer interface {
-	Done(s *Session, status int, err error)
+	Done(s *Session, status int)
 }
 
 // The decisions a selection policy reports in Session.Decision.

@@ -2,7 +2,6 @@ package upstreams
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
@@ -255,8 +253,8 @@ func (p *StickySelection) firstAttempt(upstreams reverseproxy.UpstreamPool) *fir
 }
 
 // Done learns how the request ended.
-func (fa *firstAttempt) Done(s *session.Session, status int, err error) {
-	fa.policy.done(PinKey{Namespace: fa.namespace, Session: s.Key}, s, status, err)
+func (fa *firstAttempt) Done(s *session.Session, status int) {
+	fa.policy.done(PinKey{Namespace: fa.namespace, Session: s.Key}, s, status)
 }
 
 // Select chooses the upstream for a request.
@@ -409,21 +407,18 @@ func (p *StickySelection) place(s *session.Session, c pool, r *http.Request, w h
 	}
 }
 
-// Done learns how the request ended. A status the policy counts as a
-// failure (or a proxy error with such a status) makes the session avoid the
-// upstream that answered it, so the next request is re-pinned elsewhere.
-func (a *attempt) Done(s *session.Session, status int, err error) {
-	a.policy.done(a.key, s, status, err)
+// Done learns how the request ended.
+func (a *attempt) Done(s *session.Session, status int) {
+	a.policy.done(a.key, s, status)
 }
 
-// done records how a request of the session pinned under key ended.
-func (p *StickySelection) done(key PinKey, s *session.Session, status int, err error) {
+// done records how a request of the session pinned under key ended. A
+// status the policy counts as a failure (also Caddy's own 502/503/504 when
+// every attempt failed) makes the session avoid the upstream that answered
+// it, so the next request is re-pinned elsewhere.
+func (p *StickySelection) done(key PinKey, s *session.Session, status int) {
 	if s.Upstream == "" {
 		return
-	}
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		status = he.StatusCode
 	}
 	if slices.Contains(p.RepinOnStatus, status) {
 		p.table.MarkFailed(key, s.Upstream, p.now().Add(time.Duration(p.FailureCooldown)))
