@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	"github.com/sessionkeeping/caddy-session-keeping/upstreams"
 )
 
 // KeyPool is a named pool of upstream API keys. The placeholder
@@ -132,21 +133,10 @@ func rendezvous(k session.Key, ids []uint64) int {
 	hi := binary.LittleEndian.Uint64(k[8:])
 	best, bestScore := 0, uint64(0)
 	for i, id := range ids {
-		s := mix64(mix64(lo^id) ^ hi)
+		s := upstreams.Mix64(upstreams.Mix64(lo^id) ^ hi)
 		if i == 0 || s > bestScore {
 			best, bestScore = i, s
 		}
 	}
 	return best
-}
-
-// mix64 is the splitmix64 finaliser: a bijection that spreads every input
-// bit over the output.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }

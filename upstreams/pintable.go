@@ -168,7 +168,7 @@ func (t *PinTable) secondsCeil(tm time.Time) uint32 {
 func hashKey(k PinKey) uint64 {
 	lo := binary.LittleEndian.Uint64(k.Session[:8])
 	hi := binary.LittleEndian.Uint64(k.Session[8:])
-	return mix64(lo ^ mix64(hi^k.Namespace))
+	return Mix64(lo ^ Mix64(hi^k.Namespace))
 }
 
 func (t *PinTable) shardOf(h uint64) *shard {

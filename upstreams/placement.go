@@ -84,11 +84,11 @@ func keyHash(key session.Key) uint64 {
 // score is the rendezvous weight of an upstream for a session: a strong mix
 // of the two hashes, so that each upstream's weights are independent.
 func score(keyHash uint64, dial string) uint64 {
-	return mix64(keyHash ^ xxhash.Sum64String(dial))
+	return Mix64(keyHash ^ xxhash.Sum64String(dial))
 }
 
 // mix64 is the SplitMix64 finaliser: a bijection with full avalanche.
-func mix64(x uint64) uint64 {
+func Mix64(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27
@@ -102,11 +102,11 @@ func mix64(x uint64) uint64 {
 // never share pins and a reordered upstream list keeps them.
 func Namespace[C Candidates](name string, c C) uint64 {
 	if name != "" {
-		return mix64(xxhash.Sum64String(name))
+		return Mix64(xxhash.Sum64String(name))
 	}
 	var sum uint64
 	for i := 0; i < c.Len(); i++ {
-		sum += mix64(xxhash.Sum64String(c.Dial(i)))
+		sum += Mix64(xxhash.Sum64String(c.Dial(i)))
 	}
-	return mix64(sum ^ 0x9e3779b97f4a7c15)
+	return Mix64(sum ^ 0x9e3779b97f4a7c15)
 }
