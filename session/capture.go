@@ -32,7 +32,14 @@ func (e *BodyError) Unwrap() error { return e.Err }
 //
 // A body whose length was not declared (chunked) gets ContentLength set once
 // it has been read whole, so it is sent upstream with a Content-Length.
+//
+// A body this function has replaced already, and nobody has read from since,
+// is not read again: its bytes are returned as they are (nil for a body that
+// was too large).
 func captureBody(r *http.Request, max int64) ([]byte, error) {
+	if rb, ok := r.Body.(*replayBody); ok && rb.read.Len() == int(rb.read.Size()) {
+		return rb.whole, nil
+	}
 	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || !mayBeJSON(r.Header) {
 		return nil, nil
 	}
@@ -53,11 +60,11 @@ func captureBody(r *http.Request, max int64) ([]byte, error) {
 		}
 		if int64(len(buf)) > max {
 			// Too large: send what was read, then the rest, untouched.
-			r.Body = &replayBody{rest: r.Body, read: *bytes.NewReader(buf)}
+			r.Body = newReplayBody(buf, nil, r.Body)
 			return nil, nil
 		}
 	}
-	r.Body = &replayBody{rest: r.Body, read: *bytes.NewReader(buf)}
+	r.Body = newReplayBody(buf, buf, r.Body)
 	if r.ContentLength < 0 {
 		r.ContentLength = int64(len(buf))
 		r.TransferEncoding = nil
@@ -94,8 +101,15 @@ func mayBeJSON(h http.Header) bool {
 // replayBody serves the bytes already read, then whatever the original body
 // still holds, and closes the original body.
 type replayBody struct {
-	read bytes.Reader
-	rest io.ReadCloser
+	read  bytes.Reader
+	whole []byte // the entire body when read holds all of it; nil for a prefix
+	rest  io.ReadCloser
+}
+
+// newReplayBody serves read, then rest; whole is read when it is the entire
+// body, else nil.
+func newReplayBody(read, whole []byte, rest io.ReadCloser) *replayBody {
+	return &replayBody{read: *bytes.NewReader(read), whole: whole, rest: rest}
 }
 
 func (b *replayBody) Read(p []byte) (int, error) {

@@ -138,3 +138,35 @@ func TestNoBody(t *testing.T) {
 		t.Fatalf("GET without body: %+v %v", res, err)
 	}
 }
+
+func TestCaptureBodyTwiceReadsOnce(t *testing.T) {
+	body := []byte(`{"session_id":"s","model":"m"}`)
+	src := &countingReader{r: bytes.NewReader(body)}
+	req := httptest.NewRequest(http.MethodPost, "/", src)
+	req.ContentLength = int64(len(body))
+	first, err := captureBody(req, 1024)
+	if err != nil || !bytes.Equal(first, body) {
+		t.Fatalf("first capture: %q, %v", first, err)
+	}
+	second, err := captureBody(req, 1024)
+	if err != nil || &second[0] != &first[0] || src.n != len(body) {
+		t.Fatalf("second capture copied or read again (read %d bytes, same buffer %v)", src.n, err == nil && &second[0] == &first[0])
+	}
+	if after, _ := io.ReadAll(req.Body); !bytes.Equal(after, body) {
+		t.Fatalf("restored body %q", after)
+	}
+
+	// A chunked body over max stays a passed-through prefix, also the
+	// second time, and still arrives whole.
+	big := bytes.Repeat([]byte("x"), 100)
+	req = httptest.NewRequest(http.MethodPost, "/", onlyReader{bytes.NewReader(big)})
+	req.ContentLength = -1
+	for i := 0; i < 2; i++ {
+		if got, err := captureBody(req, 10); got != nil || err != nil {
+			t.Fatalf("capture %d of a body over max: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if after, _ := io.ReadAll(req.Body); !bytes.Equal(after, big) {
+		t.Fatalf("restored %d bytes, sent %d", len(after), len(big))
+	}
+}

@@ -35,8 +35,7 @@ func StripBody(r *http.Request, max int64) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	rest := r.Body.(*replayBody).rest
-	r.Body = &replayBody{rest: rest, read: *bytes.NewReader(out)}
+	r.Body = newReplayBody(out, out, r.Body.(*replayBody).rest)
 	r.ContentLength = int64(len(out))
 	if r.Header.Get("Content-Length") != "" {
 		r.Header.Set("Content-Length", strconv.Itoa(len(out)))
