@@ -268,7 +268,7 @@ func TestMetrics(t *testing.T) {
 	if after["caddy_session_keeping_pins"] < 2 {
 		t.Errorf("pins gauge %v, want at least the 2 sessions just pinned", after["caddy_session_keeping_pins"])
 	}
-	for _, name := range []string{"caddy_session_keeping_pin_evictions_total", "caddy_session_keeping_history_dropped_total"} {
+	for _, name := range []string{"caddy_session_keeping_pin_evictions_total", "caddy_session_keeping_store_errors_total", "caddy_session_keeping_history_dropped_total"} {
 		if _, ok := after[name]; !ok {
 			t.Errorf("%s not exported", name)
 		}

@@ -38,6 +38,11 @@ var (
 		Help: "Pins evicted because a pin table reached max_sessions.",
 	}, func() float64 { return float64(upstreams.Evictions()) })
 
+	storeErrors = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "caddy_session_keeping_store_errors_total",
+		Help: "Pin store operations that failed or timed out (store redis); each was answered from the instance's own table.",
+	}, func() float64 { return float64(upstreams.StoreErrors()) })
+
 	historyDropped = prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "caddy_session_keeping_history_dropped_total",
 		Help: "Requests dropped from the admin API's request history to keep it within its bounds.",
@@ -62,7 +67,7 @@ func (decisionCollector) Collect(ch chan<- prometheus.Metric) {
 // registerMetrics adds the collectors to a config's registry. A second
 // session_keeping handler of the same config finds them registered already.
 func registerMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{resolutions, invalidIDs, livePins, pinEvictions, historyDropped, decisionCollector{}} {
+	for _, c := range []prometheus.Collector{resolutions, invalidIDs, livePins, pinEvictions, storeErrors, historyDropped, decisionCollector{}} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

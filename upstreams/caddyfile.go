@@ -21,6 +21,7 @@ import (
 //	    failure_cooldown <duration>
 //	    repin_on_status  <code>...
 //	    name             <string>
+//	    store            <module> { ... }
 //	}
 //
 // Every option is optional. balance_factor 0 turns the load bound off;
@@ -95,6 +96,24 @@ func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			p.Name = val
 
+		case "store":
+			if !d.NextArg() {
+				return d.Err("store: want a store module name, such as redis")
+			}
+			if p.StoreRaw != nil {
+				return d.Err("store: already specified")
+			}
+			name := d.Val()
+			modID := "http.reverse_proxy.selection_policies.session_sticky.stores." + name
+			unm, err := caddyfile.UnmarshalModule(d, modID)
+			if err != nil {
+				return fmt.Errorf("store: %w", err)
+			}
+			if _, ok := unm.(PinStoreModule); !ok {
+				return d.Errf("store: module %s is not a pin store", modID)
+			}
+			p.StoreRaw = caddyconfig.JSONModuleObject(unm, "backend", name, nil)
+
 		case "fallback":
 			if !d.NextArg() {
 				return d.Err("fallback: want a selection policy name")
@@ -138,5 +157,81 @@ func oneArg(d *caddyfile.Dispenser) (string, error) {
 	return val, nil
 }
 
-// Interface guard
-var _ caddyfile.Unmarshaler = (*StickySelection)(nil)
+// UnmarshalCaddyfile sets up the store from Caddyfile tokens. Syntax:
+//
+//	store redis {
+//	    address     <host:port>
+//	    master_name <name>
+//	    username    <name>
+//	    password    <secret>
+//	    db          <n>
+//	    tls         on|off
+//	    key_prefix  <prefix>
+//	    timeout     <duration>
+//	}
+//
+// address may be repeated (Redis Cluster seed nodes, or Sentinels with
+// master_name); with none, localhost:6379. A bare "store redis" takes every
+// default.
+func (s *RedisStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // store name
+	if d.NextArg() {
+		return d.Errf("store redis: unexpected argument %q; options go in a block", d.Val())
+	}
+	for d.NextBlock(0) {
+		opt := d.Val()
+		if opt == "address" {
+			// Repeated lines and several arguments both add addresses.
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Err("address: want host:port")
+			}
+			s.Addresses = append(s.Addresses, args...)
+			continue
+		}
+		val, err := oneArg(d)
+		if err != nil {
+			return err
+		}
+		switch opt {
+		case "master_name":
+			s.MasterName = val
+		case "username":
+			s.Username = val
+		case "password":
+			s.Password = val
+		case "db":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return d.Errf("db: want a database number, got %q", val)
+			}
+			s.DB = n
+		case "tls":
+			switch val {
+			case "on":
+				s.TLS = true
+			case "off":
+				s.TLS = false
+			default:
+				return d.Errf("tls: want on or off, got %q", val)
+			}
+		case "key_prefix":
+			s.KeyPrefix = val
+		case "timeout":
+			dur, err := caddy.ParseDuration(val)
+			if err != nil || dur <= 0 {
+				return d.Errf("timeout: want a positive duration, got %q", val)
+			}
+			s.Timeout = caddy.Duration(dur)
+		default:
+			return d.Errf("unrecognized store redis option %q", opt)
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddyfile.Unmarshaler = (*StickySelection)(nil)
+	_ caddyfile.Unmarshaler = (*RedisStore)(nil)
+)

@@ -88,6 +88,40 @@ func TestCaddyfileEveryOption(t *testing.T) {
 	}
 }
 
+func TestCaddyfileRedisStore(t *testing.T) {
+	p, err := parsePolicy(t, `session_sticky {
+		ttl 1h
+		store redis {
+			address    10.0.0.5:6379
+			address    10.0.0.6:6379 10.0.0.7:6379
+			master_name gateway
+			username   caddy
+			password   {env.REDIS_PASSWORD}
+			db         2
+			tls        on
+			key_prefix gw:pins:
+			timeout    20ms
+		}
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"backend": "redis", "addresses": ["10.0.0.5:6379", "10.0.0.6:6379", "10.0.0.7:6379"],
+		"master_name": "gateway", "username": "caddy", "password": "{env.REDIS_PASSWORD}", "db": 2,
+		"tls": true, "key_prefix": "gw:pins:", "timeout": 20000000}`
+	if !jsonEqual(t, p.StoreRaw, want) {
+		t.Fatalf("store = %s\nwant %s", p.StoreRaw, want)
+	}
+
+	// A bare store redis takes every default.
+	for _, input := range []string{"session_sticky {\nstore redis\n}", "session_sticky {\nstore redis {\n}\n}"} {
+		p, err := parsePolicy(t, input)
+		if err != nil || !jsonEqual(t, p.StoreRaw, `{"backend": "redis"}`) {
+			t.Fatalf("%q: %s, %v", input, p.StoreRaw, err)
+		}
+	}
+}
+
 func TestCaddyfileErrorsNameTheOption(t *testing.T) {
 	tests := []struct{ input, wantInError string }{
 		{"session_sticky extra", "extra"},
@@ -129,6 +163,20 @@ func TestCaddyfileErrorsNameTheOption(t *testing.T) {
 		{"session_sticky {\nfallback random_choose two\n}", "fallback"},
 		{"session_sticky {\nfallback header\n}", "fallback"},
 		{"session_sticky {\nfallback first\nfallback random\n}", "fallback"},
+		{"session_sticky {\nstore\n}", "store"},
+		{"session_sticky {\nstore memcached\n}", "store"},
+		{"session_sticky {\nstore redis\nstore redis\n}", "store"},
+		{"session_sticky {\nstore redis extra\n}", "extra"},
+		{"session_sticky {\nstore redis {\nbogus 1\n}\n}", `"bogus"`},
+		{"session_sticky {\nstore redis {\naddress\n}\n}", "address"},
+		{"session_sticky {\nstore redis {\nusername\n}\n}", "username"},
+		{"session_sticky {\nstore redis {\npassword a b\n}\n}", "password"},
+		{"session_sticky {\nstore redis {\ndb first\n}\n}", "db"},
+		{"session_sticky {\nstore redis {\ndb -1\n}\n}", "db"},
+		{"session_sticky {\nstore redis {\ntls yes\n}\n}", "tls"},
+		{"session_sticky {\nstore redis {\ntimeout\n}\n}", "timeout"},
+		{"session_sticky {\nstore redis {\ntimeout 0s\n}\n}", "timeout"},
+		{"session_sticky {\nstore redis {\ntimeout fast\n}\n}", "timeout"},
 	}
 	for _, tt := range tests {
 		_, err := parsePolicy(t, tt.input)

@@ -77,10 +77,16 @@ type StickySelection struct {
 	// that a change of the pool does not start every session afresh.
 	Name string `json:"name,omitempty"`
 
+	// Where pins are kept. Default: in this process, in a table that
+	// survives config reloads. The redis store shares pins between the
+	// Caddy instances of a fleet.
+	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies.session_sticky.stores inline_key=backend"`
+
 	fallback        reverseproxy.Selector
 	placeByFallback bool
 	balanceFactor   float64
-	table           *PinTable
+	table           *PinTable // this process's pins: the store, or the store's fallback
+	store           PinStore
 	first           *atomic.Pointer[firstAttempt] // the last pool seen; set in Provision
 	pools           *cowMap[uint64, *poolRecord]  // every pool served, by namespace, for the admin API
 	cleaned         *atomic.Bool
@@ -143,6 +149,15 @@ func (p *StickySelection) Provision(ctx caddy.Context) error {
 		return err
 	}
 	p.table = t.(*PinTable)
+	p.store = p.table
+	if p.StoreRaw != nil {
+		mod, err := ctx.LoadModule(p, "StoreRaw")
+		if err != nil {
+			tables.Delete(p.tableKey)
+			return fmt.Errorf("store: loading pin store: %v", err)
+		}
+		p.store = mod.(PinStoreModule).PinStore(p.table, ttl)
+	}
 	p.first = new(atomic.Pointer[firstAttempt])
 	p.pools = new(cowMap[uint64, *poolRecord])
 	p.cleaned = new(atomic.Bool)
@@ -301,13 +316,13 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 		// the pin if it was there; a failed spill leaves the pin at home.
 		failed := s.Upstream
 		a.failed = append(a.failed, failed)
-		pin, ok := p.table.Peek(key)
+		pin, ok := p.store.Peek(key)
 		c.exclude = withAvoided(a.failed, pin, now)
 		if !ok || pin.Upstream == failed {
 			up = p.place(s, c, r, w)
 			decision = session.DecisionRepinFailed
 			if up != nil {
-				p.table.Repin(key, up.Dial, failed, now.Add(time.Duration(p.FailureCooldown)))
+				p.store.Repin(key, up.Dial, failed, now.Add(time.Duration(p.FailureCooldown)))
 			}
 		} else if u := c.find(pin.Upstream); u != nil && c.eligible(u) {
 			// The pin is elsewhere and can take the request: a concurrent
@@ -317,7 +332,7 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 		} else {
 			up, decision = p.place(s, c, r, w), session.DecisionSpill
 		}
-	} else if pin, ok := p.table.Get(key); ok {
+	} else if pin, ok := p.store.Get(key); ok {
 		pinned := c.find(pin.Upstream)
 		switch {
 		case pinned == nil:
@@ -338,7 +353,7 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 			c.exclude = withAvoided(c.exclude, pin, now)
 			up = p.place(s, c, r, w)
 			if up != nil && decision != session.DecisionSpill {
-				p.table.Repin(key, up.Dial, pin.Avoid, pin.AvoidUntil)
+				p.store.Repin(key, up.Dial, pin.Avoid, pin.AvoidUntil)
 			}
 		}
 	} else {
@@ -346,7 +361,7 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 		if up != nil {
 			// A concurrent first request of the session may have pinned it
 			// already: follow that pin while it is available.
-			if winner := p.table.PinIfAbsent(key, up.Dial); winner != up.Dial {
+			if winner := p.store.PinIfAbsent(key, up.Dial); winner != up.Dial {
 				if u := c.find(winner); u != nil && u.Available() {
 					up = u
 				}
@@ -421,7 +436,7 @@ func (p *StickySelection) done(key PinKey, s *session.Session, status int) {
 		return
 	}
 	if slices.Contains(p.RepinOnStatus, status) {
-		p.table.MarkFailed(key, s.Upstream, p.now().Add(time.Duration(p.FailureCooldown)))
+		p.store.MarkFailed(key, s.Upstream, p.now().Add(time.Duration(p.FailureCooldown)))
 	}
 }
 

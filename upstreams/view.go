@@ -52,7 +52,7 @@ func PinsOf(key session.Key) []PinView {
 			if seen[k] {
 				continue
 			}
-			if pin, ok := p.table.Peek(k); ok {
+			if pin, ok := p.store.Peek(k); ok {
 				seen[k] = true
 				out = append(out, PinView{Pool: p.label(rec), Upstream: pin.Upstream})
 			}
@@ -68,7 +68,7 @@ func Unpin(key session.Key) int {
 	n := 0
 	for _, p := range Policies() {
 		for ns := range p.pools.all() {
-			if p.table.Delete(PinKey{Namespace: ns, Session: key}) {
+			if p.store.Delete(PinKey{Namespace: ns, Session: key}) {
 				n++
 			}
 		}
