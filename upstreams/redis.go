@@ -66,7 +66,9 @@ func StoreErrors() uint64 { return storeErrors.Load() }
 // when. Keys expire after the policy's TTL; a request refreshes its key in
 // the same round trip that reads it (GETEX PX). Concurrent first requests
 // of a session from several instances converge on one upstream: each
-// writes with SET NX GET and follows the value that was there first.
+// writes with SET NX GET and follows the value that was there first. A
+// pin Redis lost (restart, flush, eviction) is written back by the next
+// instance that holds a copy.
 //
 // The store fails open. No operation waits longer than timeout; a failed
 // one is answered from the policy's in-process table (which mirrors every
@@ -219,52 +221,94 @@ func (s *RedisStore) PinStore(local *PinTable, ttl time.Duration) PinStore {
 	return s
 }
 
+// unpinned is the value of a pin deleted through the admin API. It stays
+// for one TTL, so that no instance writes back its own copy of the pin as
+// it does for a pin Redis lost; no dial address is "-".
+const unpinned = "-"
+
 // Get reads the pin and refreshes its TTL in one round trip. Redis is the
-// truth while it answers: a pin it does not hold is dropped from the local
-// table too, so that a pin deleted through another instance stays deleted.
+// truth while it answers; when it has no pin but this instance holds one
+// (Redis restarted, was flushed or evicted the key), the local pin is
+// written back, so that sessions stay where their caches are.
 func (s *RedisStore) Get(k PinKey) (Pin, bool) {
 	if !s.reachable() {
 		return s.local.Get(k)
 	}
+	key := s.key(k)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
-	v, err := s.client.GetEx(ctx, s.key(k), s.ttl).Result()
+	v, err := s.client.GetEx(ctx, key, s.ttl).Result()
 	cancel()
-	return s.answer(k, v, err, s.local.Get)
+	switch {
+	case errors.Is(err, redis.Nil):
+		s.ok()
+		if pin, ok := s.local.Get(k); ok {
+			return s.restore(k, key, pin)
+		}
+		return Pin{}, false
+	case err != nil:
+		s.fail(err)
+		return s.local.Get(k)
+	}
+	s.ok()
+	return s.adopt(k, key, v)
 }
 
-// Peek reads the pin without refreshing it.
+// Peek reads the pin without refreshing it or writing anything.
 func (s *RedisStore) Peek(k PinKey) (Pin, bool) {
 	if !s.reachable() {
 		return s.local.Peek(k)
 	}
+	key := s.key(k)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
-	v, err := s.client.Get(ctx, s.key(k)).Result()
+	v, err := s.client.Get(ctx, key).Result()
 	cancel()
-	return s.answer(k, v, err, s.local.Peek)
-}
-
-// answer turns a Redis reply to a read into a pin, keeping the local table
-// in step, or falls back to the local table when Redis failed.
-func (s *RedisStore) answer(k PinKey, v string, err error, fallback func(PinKey) (Pin, bool)) (Pin, bool) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		s.ok()
-		s.local.Delete(k)
-		return Pin{}, false
+		return s.local.Peek(k)
 	case err != nil:
 		s.fail(err)
-		return fallback(k)
+		return s.local.Peek(k)
 	}
 	s.ok()
-	pin, perr := decodePin(v)
-	if perr != nil {
-		// Not a value this store wrote: treat the session as unpinned;
-		// the next write replaces it.
-		s.fail(fmt.Errorf("key %s: %v", s.key(k), perr))
+	return s.adopt(k, key, v)
+}
+
+// adopt takes a pin value read from Redis, keeping the local table in step.
+func (s *RedisStore) adopt(k PinKey, key, v string) (Pin, bool) {
+	if v == unpinned {
+		s.local.Delete(k)
+		return Pin{}, false
+	}
+	pin, err := decodePin(v)
+	if err != nil {
+		// Not a value this store wrote: the session counts as unpinned,
+		// and its next pin replaces the value.
+		s.fail(fmt.Errorf("key %s: %v", key, err))
+		s.local.Delete(k)
 		return Pin{}, false
 	}
 	s.local.Repin(k, pin.Upstream, pin.Avoid, pin.AvoidUntil)
 	return pin, true
+}
+
+// restore writes a local pin that Redis does not hold, unless another
+// instance wrote one first, which then wins.
+func (s *RedisStore) restore(k PinKey, key string, pin Pin) (Pin, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	old, err := s.client.SetArgs(ctx, key, encodePin(pin.Upstream, pin.Avoid, pin.AvoidUntil),
+		redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true}).Result()
+	cancel()
+	switch {
+	case errors.Is(err, redis.Nil):
+		s.ok()
+		return pin, true
+	case err != nil:
+		s.fail(err)
+		return pin, true
+	}
+	s.ok()
+	return s.adopt(k, key, old)
 }
 
 // PinIfAbsent writes the pin unless one exists (SET NX GET) and returns the
@@ -273,8 +317,9 @@ func (s *RedisStore) PinIfAbsent(k PinKey, upstream string) string {
 	if !s.reachable() {
 		return s.local.PinIfAbsent(k, upstream)
 	}
+	key := s.key(k)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
-	old, err := s.client.SetArgs(ctx, s.key(k), upstream, redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true}).Result()
+	old, err := s.client.SetArgs(ctx, key, upstream, redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true}).Result()
 	cancel()
 	switch {
 	case errors.Is(err, redis.Nil): // written
@@ -286,14 +331,12 @@ func (s *RedisStore) PinIfAbsent(k PinKey, upstream string) string {
 		return s.local.PinIfAbsent(k, upstream)
 	}
 	s.ok()
-	pin, perr := decodePin(old)
-	if perr != nil {
-		s.fail(fmt.Errorf("key %s: %v", s.key(k), perr))
-		s.Repin(k, upstream, "", time.Time{})
-		return upstream
+	if pin, ok := s.adopt(k, key, old); ok {
+		return pin.Upstream
 	}
-	s.local.Repin(k, pin.Upstream, pin.Avoid, pin.AvoidUntil)
-	return pin.Upstream
+	// An unpinned (or unreadable) session is pinned afresh.
+	s.Repin(k, upstream, "", time.Time{})
+	return upstream
 }
 
 // Repin writes the pin in one SET.
@@ -315,7 +358,7 @@ func (s *RedisStore) Repin(k PinKey, upstream, avoid string, avoidUntil time.Tim
 // upstream and TTL, in one atomic step.
 var markFailed = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
+if not v or v == '-' then return 0 end
 local up = string.match(v, '^[^\n]*')
 redis.call('SET', KEYS[1], up .. '\n' .. ARGV[1] .. '\n' .. ARGV[2], 'KEEPTTL')
 return 1
@@ -333,17 +376,26 @@ func (s *RedisStore) MarkFailed(k PinKey, upstream string, until time.Time) {
 	s.result(err)
 }
 
-// Delete drops the pin in Redis and locally.
+// Delete unpins the session for the whole fleet: the pin is replaced by a
+// marker that lives for one TTL, so that no instance restores its copy.
 func (s *RedisStore) Delete(k PinKey) bool {
 	deleted := s.local.Delete(k)
 	if !s.reachable() {
 		return deleted
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
-	n, err := s.client.Del(ctx, s.key(k)).Result()
+	old, err := s.client.SetArgs(ctx, s.key(k), unpinned, redis.SetArgs{TTL: s.ttl, Get: true}).Result()
 	cancel()
-	s.result(err)
-	return deleted || n > 0
+	switch {
+	case errors.Is(err, redis.Nil):
+		s.ok()
+	case err != nil:
+		s.fail(err)
+	default:
+		s.ok()
+		deleted = deleted || old != unpinned
+	}
+	return deleted
 }
 
 // key is the Redis key of a pin: the prefix, then the namespace and the

@@ -201,8 +201,50 @@ func TestRedisKeysHoldNoClientValues(t *testing.T) {
 	if n := Unpin(k); n != 1 {
 		t.Fatalf("Unpin = %d, want 1", n)
 	}
-	if keys := srv.Keys("*"); len(keys) != 0 {
-		t.Fatalf("keys after Unpin: %q", keys)
+	if v := srv.Do("GET", keys[0]); v != unpinned {
+		t.Fatalf("value after Unpin %q, want the unpinned marker", v)
+	}
+	if _, d := pick(t, p, pool, k); d != session.DecisionNew {
+		t.Fatalf("after Unpin: decision %q, want new", d)
+	}
+}
+
+func TestRedisLostPinsAreWrittenBackButUnpinsAreNot(t *testing.T) {
+	srv := redistest.Start(t)
+	named := func(p *StickySelection, _ *RedisStore) { p.Name = "fleet" }
+	a := redisReplica(t, srv, time.Hour+61*time.Second, named)
+	b := redisReplica(t, srv, time.Hour+62*time.Second, named)
+	pool := newPool(4)
+	keys := sessionKeys(20)
+	home := map[session.Key]string{}
+	for _, k := range keys {
+		home[k], _ = pick(t, a, pool, k)
+		pick(t, b, pool, k) // b holds a copy of every pin
+	}
+
+	// Redis loses everything: the next request of each session writes its
+	// pin back, and the session stays home.
+	srv.Do("FLUSHALL")
+	for _, k := range keys {
+		if got, d := pick(t, b, pool, k); got != home[k] || d != session.DecisionHit {
+			t.Fatalf("after FLUSHALL: %s (%s), want %s (hit)", got, d, home[k])
+		}
+		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k})
+		if v := srv.Do("GET", key); v != home[k] {
+			t.Fatalf("Redis holds %q, want the pin written back (%s)", v, home[k])
+		}
+	}
+
+	// An unpin through a is not undone by b's copy.
+	k := keys[0]
+	if !a.store.Delete(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k}) {
+		t.Fatal("Delete found no pin")
+	}
+	if _, ok := b.table.Peek(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k}); !ok {
+		t.Fatal("b has no copy of the pin; the test proves nothing")
+	}
+	if _, d := pick(t, b, pool, k); d != session.DecisionNew {
+		t.Fatalf("b after the unpin: decision %q, want new", d)
 	}
 }
 
