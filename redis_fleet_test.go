@@ -192,7 +192,7 @@ http://127.0.0.1:{port} {
 			store redis {
 				address `+srv.Addr+`
 				key_prefix `+prefix+`
-				timeout 50ms
+				timeout 200ms
 			}
 		}
 		lb_retries 2
@@ -262,8 +262,10 @@ http://127.0.0.1:{port} {
 		}
 	}
 	t.Logf("slowest request while Redis hung: %s", slowest)
-	if slowest > 500*time.Millisecond {
-		t.Errorf("a request took %s while Redis hung; the store's timeout is 50ms", slowest)
+	// The timeout plus slack for a loaded machine; without the timeout a
+	// hung Redis would hold requests for seconds.
+	if slowest > time.Second {
+		t.Errorf("a request took %s while Redis hung; the store's timeout is 200ms", slowest)
 	}
 	for g, p := range gateways {
 		if after := p.metric(t, "caddy_session_keeping_store_errors_total"); after <= before[g] {
