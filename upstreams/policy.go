@@ -138,6 +138,17 @@ func (p *StickySelection) Provision(ctx caddy.Context) error {
 		p.now = time.Now
 	}
 
+	// The store is loaded before the table is taken, so that a store
+	// that fails to load leaves nothing to release.
+	var storeModule PinStoreModule
+	if p.StoreRaw != nil {
+		mod, err := ctx.LoadModule(p, "StoreRaw")
+		if err != nil {
+			return fmt.Errorf("store: loading pin store: %v", err)
+		}
+		storeModule = mod.(PinStoreModule)
+	}
+
 	p.tableKey = fmt.Sprintf("ttl=%d max=%d", p.TTL, p.MaxSessions)
 	ttl, maxSessions, now := time.Duration(p.TTL), p.MaxSessions, p.now
 	t, _, err := tables.LoadOrNew(p.tableKey, func() (caddy.Destructor, error) {
@@ -150,13 +161,8 @@ func (p *StickySelection) Provision(ctx caddy.Context) error {
 	}
 	p.table = t.(*PinTable)
 	p.store = p.table
-	if p.StoreRaw != nil {
-		mod, err := ctx.LoadModule(p, "StoreRaw")
-		if err != nil {
-			tables.Delete(p.tableKey)
-			return fmt.Errorf("store: loading pin store: %v", err)
-		}
-		p.store = mod.(PinStoreModule).PinStore(p.table, ttl)
+	if storeModule != nil {
+		p.store = storeModule.PinStore(p.table, ttl)
 	}
 	p.first = new(atomic.Pointer[firstAttempt])
 	p.pools = new(cowMap[uint64, *poolRecord])
@@ -195,7 +201,7 @@ func (p *StickySelection) Validate() error {
 // when no config holds it.
 func (p *StickySelection) Cleanup() error {
 	// A second Cleanup must not release another config's hold.
-	if p.table == nil || p.cleaned.Swap(true) {
+	if p.table == nil || p.cleaned == nil || p.cleaned.Swap(true) {
 		return nil
 	}
 	unregister(p)

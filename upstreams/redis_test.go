@@ -372,4 +372,8 @@ func TestRedisStoreValidate(t *testing.T) {
 	if err == nil || !regexp.MustCompile(`store: .*address: "not-an-address"`).MatchString(err.Error()) {
 		t.Fatalf("Provision = %v, want an address error", err)
 	}
+	// Caddy cleans up a module whose Provision failed.
+	if err := p.Cleanup(); err != nil {
+		t.Fatalf("Cleanup after a failed Provision: %v", err)
+	}
 }
