@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,10 @@ func TestRedisReplicasFollowRepins(t *testing.T) {
 			t.Fatalf("before failure: %v", up)
 		}
 		s.Balancer.Done(s, 502)
+		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k})
+		if v := srv.Do("GET", key); !strings.HasPrefix(v, home+"\n"+home+"\n") {
+			t.Fatalf("after a 502 Redis holds %q, want %s avoiding itself", v, home)
+		}
 		moved, d := pick(t, a, pool, k)
 		if moved == home || d != session.DecisionRepinFailed {
 			t.Fatalf("after failure on a: %s (%s), want away from %s (repin_failed)", moved, d, home)
