@@ -15,7 +15,7 @@ DEMO          := examples/demo/Caddyfile
 # Rebuild the binary when the plugin's sources change.
 SOURCES := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './bin/*') go.mod go.sum
 
-.PHONY: run test bench build clean
+.PHONY: run test bench microbench build clean
 
 run: $(CADDY)
 	$(CADDY) run --config $(DEMO) --adapter caddyfile
@@ -37,7 +37,14 @@ test:
 	fi
 	go test -race -count=1 -timeout 20m ./...
 
+# The benchmark program (bench/): real Caddy processes, overhead and
+# affinity; it writes BENCHMARKS.md and bench/affinity.svg. Pass flags with
+# BENCHFLAGS, for example make bench BENCHFLAGS='-part overhead'.
 bench:
+	go run ./bench $(BENCHFLAGS)
+
+# The Go micro-benchmarks of the packages.
+microbench:
 	go test -run '^$$' -bench . -benchmem ./...
 
 clean:

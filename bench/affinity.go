@@ -1,0 +1,278 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// affinityConfig sets the affinity part's size.
+type affinityConfig struct {
+	Upstreams   int
+	Workload    workloadConfig
+	BlockSize   int
+	CacheTokens int // per engine; 0: twice an upstream's fair share of the working set
+	Warmup, Run time.Duration
+	Buckets     int
+	Latency     latencyModel
+	Policies    []string
+}
+
+// The events of every measured run, at fractions of its length. The
+// victim is the second upstream; the added one is the last.
+var runEvents = []struct {
+	at    float64
+	label string
+}{
+	{0.25, "u2 killed"},
+	{0.50, "u2 restored (empty cache)"},
+	{0.625, "config reload"},
+	{0.75, "u5 added"},
+}
+
+const victim = 1 // index of the upstream that is killed and restored
+
+// affinityResult is the affinity part's outcome.
+type affinityResult struct {
+	Config     affinityConfig
+	MeanPrompt float64 // tokens per request, estimated from the workload
+	WorkingSet float64 // tokens of all live conversations at once
+	Policies   []policyResult
+}
+
+// policyResult is one policy's run.
+type policyResult struct {
+	Name      string
+	Prompt    int64
+	Cached    int64
+	Requests  int64
+	Failed    int64
+	Dropped   int64 // connections to the gateway lost before an answer, resent
+	Phases    [phases]phaseResult
+	Series    []float64 // cached-token ratio per bucket
+	Imbalance float64   // mean over samples with requests in flight
+	Decisions map[string]uint64
+	// Why requests failed, and why connections were lost, most frequent
+	// first.
+	FailureReasons, DropReasons string
+}
+
+// phaseResult is one phase of a policy's run.
+type phaseResult struct {
+	Prompt, Cached, Requests, Failed, Dropped int64
+	Imbalance                                 float64
+}
+
+// Ratio is the cached-token ratio.
+func (p phaseResult) Ratio() float64 { return fraction(p.Cached, p.Prompt) }
+
+// Ratio is the cached-token ratio of the whole run.
+func (p policyResult) Ratio() float64 { return fraction(p.Cached, p.Prompt) }
+
+func fraction(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// runAffinity runs the workload once per policy, one after another, each
+// against fresh engines and a fresh Caddy process.
+func runAffinity(env *benchEnv, cfg affinityConfig) (*affinityResult, error) {
+	w := newWorkload(cfg.Workload)
+	res := &affinityResult{MeanPrompt: w.meanPromptTokens()}
+	res.WorkingSet = res.MeanPrompt * float64(cfg.Workload.Clients)
+	if cfg.CacheTokens == 0 {
+		cfg.CacheTokens = int(2*res.WorkingSet/float64(cfg.Upstreams)) / cfg.BlockSize * cfg.BlockSize
+	}
+	res.Config = cfg
+	env.logf("affinity: %d clients, %d upstreams (+1 at 75%%), about %.0f prompt tokens per request, working set %.0fk tokens, cache %dk tokens per upstream",
+		cfg.Workload.Clients, cfg.Upstreams, res.MeanPrompt, res.WorkingSet/1000, cfg.CacheTokens/1000)
+
+	ports, err := freePorts(cfg.Upstreams + 3)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.Policies {
+		if !slices.Contains(policyNames(), name) {
+			return nil, fmt.Errorf("affinity: unknown policy %q (known: %s)", name, strings.Join(policyNames(), ", "))
+		}
+	}
+	for _, p := range affinityPolicies {
+		if !slices.Contains(cfg.Policies, p.name) {
+			continue
+		}
+		r, err := runPolicy(env, cfg, w, p, ports)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", p.name, err)
+		}
+		res.Policies = append(res.Policies, r)
+	}
+	if len(res.Policies) == 0 {
+		return nil, fmt.Errorf("affinity: no policy to run")
+	}
+	return res, nil
+}
+
+// runPolicy runs the workload through one policy: a warm-up, then the
+// measured run with its events.
+func runPolicy(env *benchEnv, cfg affinityConfig, w *workload, p affinityPolicy, ports []int) (policyResult, error) {
+	adminPort, sitePort := ports[0], ports[1]
+	engines := make([]*engine, cfg.Upstreams+1)
+	addrs := make([]string, len(engines))
+	for i := range engines {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", ports[2+i])
+		engines[i] = &engine{
+			name: fmt.Sprintf("u%d", i+1), addr: addrs[i], blockSize: cfg.BlockSize,
+			blocks: cfg.CacheTokens / cfg.BlockSize, latency: cfg.Latency,
+		}
+	}
+	defer func() {
+		for _, e := range engines {
+			e.stop()
+		}
+	}()
+	for _, e := range engines[:cfg.Upstreams] {
+		if err := e.start(); err != nil {
+			return policyResult{}, err
+		}
+	}
+	var pool atomic.Int32
+	pool.Store(int32(cfg.Upstreams))
+	config := func(n int) string { return caddyfile(adminPort, sitePort, p.site(addrs[:n])) }
+	proc, err := startCaddy(env.caddy, env.dir, "affinity-"+p.name, config(cfg.Upstreams), adminPort, sitePort)
+	if err != nil {
+		return policyResult{}, err
+	}
+	defer proc.stop()
+
+	start := time.Now()
+	t0 := start.Add(cfg.Warmup)
+	a := &agents{
+		w: w, client: newLoadClient(cfg.Workload.Clients),
+		url:       fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", sitePort),
+		blockSize: cfg.BlockSize, start: start, t0: t0, end: t0.Add(cfg.Run),
+		tally: newTally(cfg.Run, cfg.Buckets),
+	}
+	if p.oracle {
+		a.oracle = newOracle(engines, &pool)
+	}
+	var clients sync.WaitGroup
+	for _, c := range w.clients {
+		clients.Go(func() { a.run(c) })
+	}
+	sampler := newLoadSampler(engines, &pool, a.tally, t0)
+	stopSampling := make(chan struct{})
+	var sampling sync.WaitGroup
+	sampling.Go(func() { sampler.run(stopSampling) })
+
+	env.logf("affinity %-14s warm-up %s, then %s measured", p.name, cfg.Warmup, cfg.Run)
+	actions := []func() error{
+		func() error { engines[victim].stop(); return nil },
+		engines[victim].start,
+		func() error { return proc.load(config(cfg.Upstreams)) },
+		func() error {
+			if err := engines[cfg.Upstreams].start(); err != nil {
+				return err
+			}
+			if err := proc.load(config(cfg.Upstreams + 1)); err != nil {
+				return err
+			}
+			pool.Store(int32(cfg.Upstreams + 1))
+			return nil
+		},
+	}
+	var eventErr error
+	for i, ev := range runEvents {
+		sleepUntil(t0.Add(time.Duration(ev.at * float64(cfg.Run))))
+		env.logf("affinity %-14s %3.0f%% %s", p.name, 100*ev.at, ev.label)
+		if err := actions[i](); err != nil && eventErr == nil {
+			eventErr = err
+		}
+	}
+	sleepUntil(a.end)
+	clients.Wait()
+	close(stopSampling)
+	sampling.Wait()
+	if eventErr != nil {
+		return policyResult{}, eventErr
+	}
+
+	r := summarize(p.name, a.tally, sampler)
+	if p.keeping {
+		r.Decisions, err = stickyDecisions(proc)
+		if err != nil {
+			env.logf("affinity %s: decisions: %v", p.name, err)
+		}
+	}
+	for i, ph := range r.Phases {
+		env.logf("affinity %-14s phase %d: %6d requests, cached %s, failed %d, dropped %d, imbalance %.2f",
+			p.name, i+1, ph.Requests, pct(ph.Ratio()), ph.Failed, ph.Dropped, ph.Imbalance)
+	}
+	env.logf("affinity %-14s overall: %6d requests, cached %s, failed %d, dropped %d, imbalance %.2f",
+		p.name, r.Requests, pct(r.Ratio()), r.Failed, r.Dropped, r.Imbalance)
+	r.FailureReasons, r.DropReasons = a.failures.String(), a.drops.String()
+	if r.Failed > 0 {
+		env.logf("affinity %-14s failures: %s", p.name, r.FailureReasons)
+	}
+	if r.Dropped > 0 {
+		env.logf("affinity %-14s dropped connections (resent): %s", p.name, r.DropReasons)
+	}
+	return r, nil
+}
+
+// summarize turns a run's tally and load samples into its result.
+func summarize(name string, t *tally, s *loadSampler) policyResult {
+	r := policyResult{Name: name}
+	for b := range t.buckets() {
+		p, c, _, _ := t.tokens(b, b+1)
+		r.Series = append(r.Series, fraction(c, p))
+	}
+	for i := range phases {
+		from, to := t.phase(i)
+		ph := &r.Phases[i]
+		ph.Prompt, ph.Cached, ph.Requests, ph.Failed = t.tokens(from, to)
+		ph.Dropped = t.drops(from, to)
+		ph.Imbalance = s.mean(i)
+		r.Dropped += ph.Dropped
+		r.Prompt += ph.Prompt
+		r.Cached += ph.Cached
+		r.Requests += ph.Requests
+		r.Failed += ph.Failed
+	}
+	r.Imbalance = s.mean(-1)
+	return r
+}
+
+// stickyDecisions sums session_sticky's decisions over every upstream, as
+// the plugin's admin API reports them.
+func stickyDecisions(p *caddyProcess) (map[string]uint64, error) {
+	resp, err := adminClient.Get("http://" + p.admin + "/session_keeping/upstreams")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /session_keeping/upstreams: %s", resp.Status)
+	}
+	var body struct {
+		Upstreams []struct {
+			Decisions map[string]uint64 `json:"decisions"`
+		} `json:"upstreams"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	sum := map[string]uint64{}
+	for _, m := range body.Upstreams {
+		for k, v := range m.Decisions {
+			sum[k] += v
+		}
+	}
+	return sum, nil
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// affinityPolicy is one load-balancing set-up of the affinity part.
+type affinityPolicy struct {
+	name    string
+	lb      string // the lb_policy directive, with its block
+	keeping bool   // session_keeping resolves sessions in front
+	oracle  bool   // the load generator routes by cookie, knowing the caches
+}
+
+// affinityPolicies are the policies the affinity part knows, in the order
+// they run.
+var affinityPolicies = []affinityPolicy{
+	{name: "round_robin", lb: "lb_policy round_robin"},
+	{name: "least_conn", lb: "lb_policy least_conn"},
+	{name: "random", lb: "lb_policy random"},
+	{name: "header", lb: "lb_policy header X-Session-Id"},
+	// A name keeps the pins when the pool changes (the fifth upstream).
+	{name: "session_sticky", lb: "lb_policy session_sticky {\n\tname affinity\n}", keeping: true},
+	// Not run by default: session_sticky placing new sessions by load.
+	{name: "sticky_lc", lb: "lb_policy session_sticky {\n\tname affinity\n\tfallback least_conn\n}", keeping: true},
+	{name: "oracle", lb: fmt.Sprintf("lb_policy cookie %s %s {\n\tfallback least_conn\n}", oracleCookie, oracleSecret), oracle: true},
+}
+
+// defaultPolicies are the policies a run compares unless told otherwise.
+var defaultPolicies = []string{"round_robin", "least_conn", "random", "header", "session_sticky", "oracle"}
+
+// policyNames lists every known policy.
+func policyNames() []string {
+	names := make([]string, len(affinityPolicies))
+	for i, p := range affinityPolicies {
+		names[i] = p.name
+	}
+	return names
+}
+
+// failover is the same for every policy: a request that fails on an
+// upstream (refused, or cut off mid-request when the upstream dies) is
+// retried elsewhere with its buffered body, and the failed upstream is
+// skipped for fail_duration (passive health checks). Durations are scaled
+// down like the rest of the run.
+const failover = `lb_retries 3
+lb_try_duration 5s
+lb_try_interval 20ms
+lb_retry_match {
+	method POST
+}
+request_buffers 4MiB
+fail_duration 3s
+max_fails 1`
+
+// site returns the Caddyfile site body of the policy over upstreams.
+func (p affinityPolicy) site(upstreams []string) string {
+	var b strings.Builder
+	if p.keeping {
+		b.WriteString("session_keeping\n")
+	}
+	fmt.Fprintf(&b, "reverse_proxy %s {\n%s\n%s\n}", strings.Join(upstreams, " "), indent(p.lb), indent(failover))
+	return b.String()
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// policyTitles describe the policies in the report.
+var policyTitles = map[string]string{
+	"round_robin":    "stock `lb_policy round_robin`",
+	"least_conn":     "stock `lb_policy least_conn`",
+	"random":         "stock `lb_policy random`",
+	"header":         "stock `lb_policy header X-Session-Id` (clients without the header fall to its default fallback, `random`)",
+	"session_sticky": "`session_keeping` + `lb_policy session_sticky` with default options (and a `name`, so pins survive the change of the pool)",
+	"sticky_lc":      "`session_keeping` + `lb_policy session_sticky { fallback least_conn }`: new sessions placed on the least loaded upstream instead of by rendezvous hashing",
+	"oracle":         "the yardstick: the load generator sees every engine's cache and load, and sends each request (through Caddy's `cookie` policy, with the same failover) to the engine holding the longest cached prefix of its prompt; a conversation's first request goes to the least loaded engine",
+}
+
+// affinitySection is the report's affinity part.
+func (r *report) affinitySection(chart string) string {
+	res := r.affinity
+	cfg := res.Config
+	w := cfg.Workload
+	var b strings.Builder
+	b.WriteString("## Affinity\n\n")
+	b.WriteString(r.measuredOn())
+	fmt.Fprintf(&b, `**Workload.** %d agent clients run conversations one after another
+(seed %d). A conversation has %d–%d turns; each request carries the whole
+history as an OpenAI chat body: a system prompt (one of %d shared ones,
+%d–%d words, as few agent harnesses serve many users), the first user
+turn (%d–%d words), then tool results (%d–%d words) and replies (%d–%d
+tokens). Between turns a client thinks %s–%s (times are scaled down from
+seconds). %d %% of the clients send an `+"`X-Session-Id`"+` header, %d %% a
+`+"`prompt_cache_key`"+` body field, the other %d %% only replay the history
+(auto-detection). The same seed gives the same clients, conversations and
+messages; an engine's reply depends only on the prompt, so every policy
+sees the same workload.
+
+**Engines.** %d emulated inference engines (a fifth joins at 75 %%) serve
+`+"`/v1/chat/completions`"+` like vLLM or SGLang with prefix caching: a word is a
+token, each message starts with a role token and the prompt ends with the
+assistant's; tokens form %d-token blocks identified by a hash chained over
+the whole prefix, so a block hits only when everything before it matches;
+an LRU cache of %d tokens per engine keeps the blocks of the prompts and
+replies it served (the tail of a conversation is evicted before its head);
+the answer reports the hit as `+"`usage.prompt_tokens_details.cached_tokens`"+`.
+The working set is about %.0fk tokens (%d conversations × %.0f prompt tokens
+per request on average), so the cache holds half of it: twice an engine's
+fair share. An engine takes %s + %s per uncached prompt token + %s per
+generated token to answer.
+
+**Policies**, one Caddy process each, with fresh engines, on the same
+workload:
+
+`, w.Clients, w.Seed, w.MinTurns, w.MaxTurns, systemPrompts, systemMinWords, systemMaxWords,
+		firstUserMin, firstUserMax, userMinWords, userMaxWords, replyMinTokens, replyMaxTokens,
+		w.ThinkMin, w.ThinkMax, headerPercent, bodyPercent, 100-headerPercent-bodyPercent,
+		cfg.Upstreams, cfg.BlockSize, cfg.CacheTokens, res.WorkingSet/1000, w.Clients, res.MeanPrompt,
+		cfg.Latency.Base, cfg.Latency.Prefill, cfg.Latency.Decode)
+	for _, p := range res.Policies {
+		fmt.Fprintf(&b, "- **%s**: %s\n", p.Name, policyTitles[p.Name])
+	}
+	fmt.Fprintf(&b, `
+Every policy has the same failover in its `+"`reverse_proxy`"+` block (durations
+scaled down like the rest):
+
+`+"```caddyfile\n%s\n```"+`
+
+**Run.** Per policy, %s of warm-up (not measured: conversations spread
+out over their lifetimes and caches fill), then %s measured, with these
+events:
+
+`, failover, cfg.Warmup, cfg.Run)
+	for _, ev := range runEvents {
+		fmt.Fprintf(&b, "- at %.1f %%: %s\n", 100*ev.at, eventDetails[ev.label])
+	}
+	fmt.Fprintf(&b, `
+**Definitions.**
+
+- *Cached-token ratio*: the sum of `+"`cached_tokens`"+` over the sum of
+  `+"`prompt_tokens`"+` of the requests answered in the period.
+- *Steady state*: phase 0–25 %%, after the warm-up and before any event.
+- *Failed*: requests answered with an error status, or whose connection
+  to the gateway failed on all three tries.
+- *Dropped connections (resent)*: a connection to the gateway lost before
+  any answer, after which the client resent the request (after %s, then
+  %s; OpenAI's and Anthropic's SDKs retry such errors twice by default).
+  Caddy closes idle keep-alive connections when it reloads its config, and
+  a request written onto one at that moment is lost. They happen at the
+  two reloads, for every policy (the reasons and times are below); the
+  kill of an upstream costs none, since Caddy itself retries there.
+- *Load imbalance*: every %s, over the engines in the pool and alive, the
+  most requests in flight at one engine divided by the mean; averaged over
+  the samples with any request in flight. 1 is perfectly even; with four
+  engines, 1.25 means the busiest carries a quarter more than its share.
+
+`, clientBackoff[0], clientBackoff[1], sampleEvery)
+
+	b.WriteString("### Targets\n\n")
+	targetList(&b, affinityTargets(res))
+
+	b.WriteString("### Results\n\n")
+	oracle, hasOracle := res.policy("oracle")
+	var rows [][]string
+	for _, p := range res.Policies {
+		row := []string{"**" + p.Name + "**", pct(p.Ratio())}
+		for _, ph := range p.Phases {
+			row = append(row, pct(ph.Ratio()))
+		}
+		vs := "–"
+		if hasOracle {
+			vs = ratio(fraction64(p.Phases[0].Ratio(), oracle.Phases[0].Ratio()))
+		}
+		row = append(row, vs, fmt.Sprint(p.Requests), fmt.Sprint(p.Failed), fmt.Sprint(p.Dropped), fmt.Sprintf("%.2f", p.Imbalance))
+		rows = append(rows, row)
+	}
+	head := []string{"Policy", "cached-token ratio"}
+	for _, n := range phaseNames {
+		head = append(head, n)
+	}
+	head = append(head, "steady state vs oracle", "requests", "failed", "dropped conn. (resent)", "load imbalance")
+	table(&b, head, rows)
+
+	b.WriteString("Load imbalance by phase:\n\n")
+	rows = nil
+	for _, p := range res.Policies {
+		row := []string{p.Name}
+		for _, ph := range p.Phases {
+			row = append(row, fmt.Sprintf("%.2f", ph.Imbalance))
+		}
+		rows = append(rows, append(row, fmt.Sprintf("%.2f", p.Imbalance)))
+	}
+	table(&b, append(append([]string{"Policy"}, phaseNames[:]...), "run"), rows)
+
+	fmt.Fprintf(&b, "![Cached-token ratio over the run, per policy](%s)\n\n", chart)
+
+	b.WriteString("Failures and dropped connections (the time is in percent of the measured run):\n\n")
+	for _, p := range res.Policies {
+		f, d := p.FailureReasons, p.DropReasons
+		if f == "" {
+			f = "none"
+		}
+		if d == "" {
+			d = "none"
+		}
+		fmt.Fprintf(&b, "- %s: failed: %s; dropped: %s\n", p.Name, f, d)
+	}
+	b.WriteString("\n")
+
+	for _, p := range res.Policies {
+		if len(p.Decisions) == 0 {
+			continue
+		}
+		keys := make([]string, 0, len(p.Decisions))
+		for k := range p.Decisions {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %d", k, p.Decisions[k]))
+		}
+		fmt.Fprintf(&b, "%s's decisions over the whole run, warm-up included (admin API `/session_keeping/upstreams`): %s.\n\n",
+			p.Name, strings.Join(parts, ", "))
+	}
+	return b.String()
+}
+
+// eventDetails say what each event does.
+var eventDetails = map[string]string{
+	"u2 killed":                 "engine u2 is killed: its listener and every connection close at once, requests in flight on it fail, new connections are refused",
+	"u2 restored (empty cache)": "u2 serves again on the same address, with an empty cache, like a restarted engine",
+	"config reload":             "a config reload through the admin API (`POST /load`) with the same upstreams",
+	"u5 added":                  "a fifth engine, u5, is added with a config reload (`POST /load`) that lists it",
+}
