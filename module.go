@@ -239,16 +239,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	var scopeBuf [4]string
 	scope := scopeBuf[:0]
 	for _, s := range h.Scope {
-		scope = append(scope, repl.ReplaceAll(s, ""))
+		scope = append(scope, scopeValue(repl, s))
 	}
 
 	start := time.Now()
-	res, err := h.resolver.Resolve(r, scope)
-	if err != nil {
+	x := &exchange{h: h}
+	var err error
+	if x.res, err = h.resolver.Resolve(r, scope); err != nil {
 		return caddyhttp.Error(bodyErrorStatus(err), err)
 	}
-	if res.Skipped > 0 {
-		invalidIDs.Add(float64(res.Skipped))
+	if x.res.Skipped > 0 {
+		invalidIDs.Add(float64(x.res.Skipped))
 	}
 
 	if h.StripClientSignals {
@@ -257,34 +258,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 
-	if !res.Found {
+	repl.Map(x.placeholder)
+	if !x.res.Found {
 		resolvedNone.Inc()
-		repl.Map(h.placeholders(nil, res.Model))
 		return next.ServeHTTP(w, r)
 	}
-	countResolution(res.Source)
+	countResolution(x.res.Source)
 
-	s := &res.Session
-	repl.Map(h.placeholders(s, res.Model))
+	s := &x.res.Session
 	r = r.WithContext(session.NewContext(r.Context(), s))
 	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
 	if extra != nil {
-		extra.Add(zap.Stringer("session", s.Key))
+		extra.Add(zap.Stringer("session", &s.Key)) // a pointer: no copy to box
 		extra.Add(zap.String("session_source", s.Source))
 		if h.logRaw {
 			extra.Add(zap.String("session_id", s.ID))
 		}
 	}
 
-	ow := &outcomeWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
-	err = next.ServeHTTP(ow, r)
+	x.writer.ResponseWriter = w
+	err = next.ServeHTTP(&x.writer, r)
 
 	// When every attempt failed, Caddy writes the error status after the
 	// chain returns: the status is then only in the error.
-	status := ow.status
-	var he caddyhttp.HandlerError
-	if errors.As(err, &he) && he.StatusCode != 0 {
-		status = he.StatusCode
+	status := x.writer.status
+	if err != nil {
+		if he := (caddyhttp.HandlerError{}); errors.As(err, &he) && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
 	}
 	if s.Balancer != nil {
 		s.Balancer.Done(s, status)
@@ -295,6 +296,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	h.record(r, repl, s, status, start)
 	return err
+}
+
+// exchange is the handler's state for one request, in one allocation: the
+// resolution (whose Session the request context points to), the response
+// writer wrapper, and the keys the placeholders picked.
+type exchange struct {
+	h      *Handler
+	res    session.Result
+	writer outcomeWriter
+	picked map[string]int // key index per pool, chosen once per request
+}
+
+// scopeValue replaces the placeholders of one scope value. A value that is
+// a single placeholder (as the default is) is looked up directly, which
+// costs no allocation when it is unset or a string.
+func scopeValue(repl *caddy.Replacer, s string) string {
+	if len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' && strings.IndexAny(s[1:len(s)-1], "{}") < 0 {
+		v, ok := repl.Get(s[1 : len(s)-1])
+		if !ok || v == nil {
+			return ""
+		}
+		if str, isString := v.(string); isString {
+			return str
+		}
+	}
+	return repl.ReplaceAll(s, "")
 }
 
 // countResolution counts a resolved session by the kind of its source.
@@ -362,67 +389,69 @@ func (h *Handler) strip(r *http.Request) (*http.Request, error) {
 	return r, err
 }
 
-// placeholders returns the replacer function for {http.session.*}. Values
-// are computed when a placeholder is used, not for every request. Without a
-// session every placeholder is known and empty, except the model, which is
-// known whenever the body was read, and the API keys of key pools.
-func (h *Handler) placeholders(s *session.Session, model string) caddy.ReplacerFunc {
-	var picked map[string]int // key index per pool, chosen once per request
-	return func(key string) (any, bool) {
-		name, ok := strings.CutPrefix(key, placeholderPrefix)
+// placeholder resolves the handler's {http.session.*} placeholders for the
+// request. Values are computed when a placeholder is used, not for every
+// request; upstream and decision read the session as the policy left it.
+// Without a session every placeholder is known and empty, except the model,
+// which is known whenever the body was read, and the API keys of key pools.
+func (x *exchange) placeholder(key string) (any, bool) {
+	name, ok := strings.CutPrefix(key, placeholderPrefix)
+	if !ok {
+		return nil, false
+	}
+	var s *session.Session
+	if x.res.Found {
+		s = &x.res.Session
+	}
+	switch name {
+	case "model":
+		return x.res.Model, true
+	case "id", "key", "source", "upstream", "decision", "hash":
+	default:
+		pool, ok := strings.CutPrefix(name, "api_key.")
 		if !ok {
 			return nil, false
 		}
-		switch name {
-		case "model":
-			return model, true
-		case "id", "key", "source", "upstream", "decision", "hash":
-		default:
-			pool, ok := strings.CutPrefix(name, "api_key.")
-			if !ok {
-				return nil, false
-			}
-			p := h.pools[pool]
-			if p == nil {
-				return nil, false
-			}
-			i, ok := picked[pool]
-			if !ok {
-				var k *session.Key
-				if s != nil {
-					k = &s.Key
-				}
-				i = p.pick(k)
-				if picked == nil {
-					picked = make(map[string]int, len(h.pools))
-				}
-				picked[pool] = i
-			}
-			return p.keys[i], true
+		p := x.h.pools[pool]
+		if p == nil {
+			return nil, false
 		}
-		if s == nil {
-			if name == "decision" {
-				return session.DecisionNone, true
+		i, ok := x.picked[pool]
+		if !ok {
+			var k *session.Key
+			if s != nil {
+				k = &s.Key
 			}
-			return "", true
-		}
-		switch name {
-		case "id":
-			return s.ID, true
-		case "key":
-			return s.Key.String(), true
-		case "source":
-			return s.Source, true
-		case "upstream":
-			return s.Upstream, true
-		case "hash":
-			return sessionHint(h.hintSecret, s.Key), true
-		default:
-			if s.Decision == "" {
-				return session.DecisionNone, true
+			i = p.pick(k)
+			if x.picked == nil {
+				x.picked = make(map[string]int, len(x.h.pools))
 			}
-			return s.Decision, true
+			x.picked[pool] = i
 		}
+		return p.keys[i], true
+	}
+	if s == nil {
+		if name == "decision" {
+			return session.DecisionNone, true
+		}
+		return "", true
+	}
+	switch name {
+	case "id":
+		return s.ID, true
+	case "key":
+		return s.Key.String(), true
+	case "source":
+		return s.Source, true
+	case "upstream":
+		return s.Upstream, true
+	case "hash":
+		return sessionHint(x.h.hintSecret, s.Key), true
+	default:
+		if s.Decision == "" {
+			return session.DecisionNone, true
+		}
+		return s.Decision, true
 	}
 }
 
