@@ -267,7 +267,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	s := &x.res.Session
 	r = r.WithContext(session.NewContext(r.Context(), s))
-	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	extra := accessLogFields(r)
 	if extra != nil {
 		extra.Add(zap.Stringer("session", &s.Key)) // a pointer: no copy to box
 		extra.Add(zap.String("session_source", s.Source))
@@ -296,6 +296,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	h.record(r, repl, s, status, start)
 	return err
+}
+
+// accessLogFields returns the request's extra access-log fields, or nil
+// when the server writes no access log: every Add to them allocates (it
+// resets a cache of loggers), which is waste when nothing logs them.
+func accessLogFields(r *http.Request) *caddyhttp.ExtraLogFields {
+	if srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv.Logs == nil {
+		return nil
+	}
+	extra, _ := r.Context().Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	return extra
 }
 
 // exchange is the handler's state for one request, in one allocation: the
