@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -23,62 +21,12 @@ type affinityConfig struct {
 	Policies    []string
 }
 
-// The events of every measured run, at fractions of its length. The
-// victim is the second upstream; the added one is the last.
-var runEvents = []struct {
-	at    float64
-	label string
-}{
-	{0.25, "u2 killed"},
-	{0.50, "u2 restored (empty cache)"},
-	{0.625, "config reload"},
-	{0.75, "u5 added"},
-}
-
-const victim = 1 // index of the upstream that is killed and restored
-
 // affinityResult is the affinity part's outcome.
 type affinityResult struct {
 	Config     affinityConfig
 	MeanPrompt float64 // tokens per request, estimated from the workload
 	WorkingSet float64 // tokens of all live conversations at once
 	Policies   []policyResult
-}
-
-// policyResult is one policy's run.
-type policyResult struct {
-	Name      string
-	Prompt    int64
-	Cached    int64
-	Requests  int64
-	Failed    int64
-	Dropped   int64 // connections to the gateway lost before an answer, resent
-	Phases    [phases]phaseResult
-	Series    []float64 // cached-token ratio per bucket
-	Imbalance float64   // mean over samples with requests in flight
-	Decisions map[string]uint64
-	// Why requests failed, and why connections were lost, most frequent
-	// first.
-	FailureReasons, DropReasons string
-}
-
-// phaseResult is one phase of a policy's run.
-type phaseResult struct {
-	Prompt, Cached, Requests, Failed, Dropped int64
-	Imbalance                                 float64
-}
-
-// Ratio is the cached-token ratio.
-func (p phaseResult) Ratio() float64 { return fraction(p.Cached, p.Prompt) }
-
-// Ratio is the cached-token ratio of the whole run.
-func (p policyResult) Ratio() float64 { return fraction(p.Cached, p.Prompt) }
-
-func fraction(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
 }
 
 // runAffinity runs the workload once per policy, one after another, each
@@ -204,6 +152,7 @@ func runPolicy(env *benchEnv, cfg affinityConfig, w *workload, p affinityPolicy,
 	}
 
 	r := summarize(p.name, a.tally, sampler)
+	r.DroppedAtReload = a.dropsAtReload.Load()
 	if p.keeping {
 		r.Decisions, err = stickyDecisions(proc)
 		if err != nil {
@@ -224,55 +173,4 @@ func runPolicy(env *benchEnv, cfg affinityConfig, w *workload, p affinityPolicy,
 		env.logf("affinity %-14s dropped connections (resent): %s", p.name, r.DropReasons)
 	}
 	return r, nil
-}
-
-// summarize turns a run's tally and load samples into its result.
-func summarize(name string, t *tally, s *loadSampler) policyResult {
-	r := policyResult{Name: name}
-	for b := range t.buckets() {
-		p, c, _, _ := t.tokens(b, b+1)
-		r.Series = append(r.Series, fraction(c, p))
-	}
-	for i := range phases {
-		from, to := t.phase(i)
-		ph := &r.Phases[i]
-		ph.Prompt, ph.Cached, ph.Requests, ph.Failed = t.tokens(from, to)
-		ph.Dropped = t.drops(from, to)
-		ph.Imbalance = s.mean(i)
-		r.Dropped += ph.Dropped
-		r.Prompt += ph.Prompt
-		r.Cached += ph.Cached
-		r.Requests += ph.Requests
-		r.Failed += ph.Failed
-	}
-	r.Imbalance = s.mean(-1)
-	return r
-}
-
-// stickyDecisions sums session_sticky's decisions over every upstream, as
-// the plugin's admin API reports them.
-func stickyDecisions(p *caddyProcess) (map[string]uint64, error) {
-	resp, err := adminClient.Get("http://" + p.admin + "/session_keeping/upstreams")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /session_keeping/upstreams: %s", resp.Status)
-	}
-	var body struct {
-		Upstreams []struct {
-			Decisions map[string]uint64 `json:"decisions"`
-		} `json:"upstreams"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, err
-	}
-	sum := map[string]uint64{}
-	for _, m := range body.Upstreams {
-		for k, v := range m.Decisions {
-			sum[k] += v
-		}
-	}
-	return sum, nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,8 @@ type agents struct {
 	tally     *tally
 	failures  reasons // of failed requests
 	drops     reasons // of connections lost before an answer, resent
+
+	dropsAtReload atomic.Int64 // lost just after a config reload
 }
 
 // run is one client's life.
@@ -162,6 +165,9 @@ func (a *agents) drop(err error) {
 	if a.tally.bucket(at) >= 0 {
 		a.tally.drop(at)
 		a.drops.add(reason(err, at, a.tally.run))
+		if nearReload(at.Seconds() / a.tally.run.Seconds()) {
+			a.dropsAtReload.Add(1)
+		}
 	}
 }
 

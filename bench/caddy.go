@@ -14,9 +14,16 @@ import (
 	"time"
 )
 
-// buildCaddy builds Caddy with the plugin from the checkout at repo, the
-// way the multi-instance tests do, and returns the binary's path.
-func buildCaddy(repo, dir string) (string, error) {
+// buildCaddy builds Caddy with the plugin from the checkout the program
+// runs in (cmd/caddy: the standard modules and the plugin) into dir, and
+// returns the binary's path.
+func buildCaddy(dir string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		return "", fmt.Errorf("run the benchmarks inside the module's checkout (go env GOMOD: %q, %v)", gomod, err)
+	}
+	repo := filepath.Dir(gomod)
 	bin := filepath.Join(dir, "caddy")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/caddy")
 	cmd.Dir = repo
@@ -85,6 +92,7 @@ func startCaddy(bin, dir, name, config string, adminPort, sitePort int) (*caddyP
 	}
 	cmd := exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	dieWithParent(cmd)
 	home := filepath.Join(dir, "home-"+name)
 	cmd.Env = append(os.Environ(),
 		"HOME="+home,
@@ -167,11 +175,6 @@ func (p *caddyProcess) load(config string) error {
 		return fmt.Errorf("caddy %s: POST /load: %s: %s", p.name, resp.Status, bytes.TrimSpace(body))
 	}
 	return nil
-}
-
-// cpuTime returns the CPU time (user + system) the process has used.
-func (p *caddyProcess) cpuTime() (time.Duration, error) {
-	return processCPUTime(p.cmd.Process.Pid)
 }
 
 // cpuProfile fetches a CPU profile of seconds from the admin endpoint's

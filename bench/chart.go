@@ -38,7 +38,7 @@ func affinityChart(res *affinityResult) string {
 			lo = min(lo, v)
 		}
 	}
-	// The axis starts at a round tenth below the lowest point.
+	// The axis starts at a round tenth, at least 0.05 below the lowest point.
 	lo = math.Max(0, math.Floor(lo*10-0.5)/10)
 	x := func(f float64) float64 { return plotL + f*(plotR-plotL) }
 	y := func(v float64) float64 { return plotB - (v-lo)/(1-lo)*(plotB-plotT) }
@@ -52,7 +52,7 @@ func affinityChart(res *affinityResult) string {
 	fmt.Fprintf(&b, `<text x="%d" y="42" fill="#555">%d conversations, %d engines (+1 at 75 %%), %s measured, one point per %s</text>`+"\n",
 		plotL, res.Config.Workload.Clients, res.Config.Upstreams, res.Config.Run, res.Config.Run/time.Duration(buckets))
 
-	// Grid and y labels, every tenth (every twentieth on a tall scale).
+	// Grid and y labels, every tenth (every twentieth on a short axis).
 	step := 0.1
 	if 1-lo <= 0.3 {
 		step = 0.05

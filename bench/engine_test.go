@@ -26,10 +26,14 @@ func startTestEngine(t *testing.T) *engine {
 	return e
 }
 
+// testClient opens a connection per request, so none outlives an engine
+// that a test restarts.
+var testClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
 func ask(t *testing.T, e *engine, msgs []chatMessage) chatResponse {
 	t.Helper()
 	body, _ := json.Marshal(chatRequest{Model: "m", MaxTokens: 9, Messages: msgs})
-	resp, err := http.Post("http://"+e.addr+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	resp, err := testClient.Post("http://"+e.addr+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func run() error {
 
 	if env.caddy == "" {
 		env.logf("building Caddy with the plugin (go build ./cmd/caddy)")
-		if env.caddy, err = buildCaddy(".", dir); err != nil {
+		if env.caddy, err = buildCaddy(dir); err != nil {
 			return err
 		}
 	}

@@ -45,9 +45,14 @@ type overheadConfig struct {
 	Seed        uint64
 }
 
-// profiledKinds are the kinds whose CPU profile explains the cost: the
-// ones where the plugin reads the body.
+// profiledKinds are the kinds whose CPU profile of C explains the cost:
+// the kind of the targets, and the ones where the plugin reads the body.
 var profiledKinds = []string{"header", "body", "auto-50k", "auto-1m"}
+
+// allocKind is the kind whose allocations A and C are compared: the one
+// the targets are about, where the plugin does the least work, so that
+// what it allocates stands out.
+const allocKind = "header"
 
 // measurement is one window's figures.
 type measurement struct {
@@ -65,6 +70,7 @@ type kindResult struct {
 	Rounds      [][]measurement // [setup][round]
 	Attempts    int             // rounds run, disturbed ones included
 	Profile     *profileSummary
+	Allocs      *allocComparison
 }
 
 // overheadResult is the overhead part's outcome.
@@ -73,9 +79,9 @@ type overheadResult struct {
 	Kinds  []kindResult
 }
 
-// runOverhead measures every request kind against every setup, in rounds
-// (A, B, C, A, B, C, ...) so that drift of the machine hits all setups
-// alike.
+// runOverhead measures every request kind against every setup, in
+// interleaved rounds (A, B, C, then C, B, A, ...) so that drift of the
+// machine hits all setups alike.
 func runOverhead(env *benchEnv, cfg overheadConfig) (*overheadResult, error) {
 	all := requestKinds(cfg.Seed)
 	for _, name := range cfg.Kinds {
@@ -89,77 +95,92 @@ func runOverhead(env *benchEnv, cfg overheadConfig) (*overheadResult, error) {
 		return nil, err
 	}
 	defer stopSinks()
-	upstreams := strings.Join(addrs, " ")
-
-	ports, err := freePorts(2 * len(overheadSetups))
+	g, err := startGateways(env, strings.Join(addrs, " "))
 	if err != nil {
 		return nil, err
 	}
-	procs := make([]*caddyProcess, len(overheadSetups))
-	defer func() {
-		for _, p := range procs {
-			if p != nil {
-				p.stop()
-			}
-		}
-	}()
-	bases := make([]string, len(overheadSetups))
-	for i, s := range overheadSetups {
-		admin, site := ports[2*i], ports[2*i+1]
-		config := caddyfile(admin, site, s.site(upstreams))
-		if procs[i], err = startCaddy(env.caddy, env.dir, "overhead-"+s.id, config, admin, site); err != nil {
-			return nil, err
-		}
-		bases[i] = fmt.Sprintf("http://127.0.0.1:%d", site)
-	}
-	env.logf("overhead: 3 Caddy processes up (pids %d %d %d), %d upstreams, concurrency %d",
-		procs[0].cmd.Process.Pid, procs[1].cmd.Process.Pid, procs[2].cmd.Process.Pid, len(addrs), cfg.Concurrency)
-
-	pids := make([]int, len(procs))
-	for i, p := range procs {
-		pids[i] = p.cmd.Process.Pid
-	}
-	meter := func(i int) cpuMeter { return cpuMeter{target: pids[i], ours: pids} }
+	defer g.stop()
+	env.logf("overhead: 3 Caddy processes up (pids %v), %d upstreams, concurrency %d", g.pids, len(addrs), cfg.Concurrency)
 
 	client := newLoadClient(cfg.Concurrency)
+	// A process that has just started is slower for a moment (its heap
+	// and connection pools grow): warm each up before anything counts.
+	for i := range overheadSetups {
+		if _, err := runLoad(client, g.requests(kinds[0], i), cfg.Concurrency, 0, time.Second, g.meter(i)); err != nil {
+			return nil, err
+		}
+	}
 	res := &overheadResult{Config: cfg}
 	for _, k := range kinds {
-		kr := kindResult{Name: k.name, Title: k.title}
-		var rounds []round
-		clean := 0
-		for n := 0; n < cfg.Rounds+cfg.Rounds/2 && (n < cfg.Rounds || clean < cfg.Rounds); n++ {
-			var rd round
-			for i, s := range overheadSetups {
-				w, err := runLoad(client, func(n uint64) *http.Request { return k.request(bases[i], n) },
-					cfg.Concurrency, cfg.Warmup, cfg.Window, meter(i))
-				if err != nil {
-					return nil, err
-				}
-				m := measure(w)
-				rd.setups = append(rd.setups, m)
-				rd.other = max(rd.other, m.Other)
-				env.logf("overhead %-8s round %2d %s: %6.0f req/s  p50 %-8s p99 %-8s Caddy CPU/req %-8s other load %.2f cores",
-					k.name, n+1, s.id, m.RPS, ms(m.P50), ms(m.P99), us(m.CPUPerReq), m.Other)
-			}
-			if rd.other <= maxOtherLoad {
-				clean++
-			}
-			rounds = append(rounds, rd)
+		kr, err := measureKind(env, g, client, k, cfg)
+		if err != nil {
+			return nil, err
 		}
-		kr.Attempts = len(rounds)
-		kr.Rounds = keepQuietest(rounds, cfg.Rounds)
-		if cfg.Profile > 0 && slices.Contains(profiledKinds, k.name) {
-			c := len(overheadSetups) - 1
-			p, err := profileSetup(env, client, procs[c], func(n uint64) *http.Request { return k.request(bases[c], n) }, cfg, k.name, meter(c))
-			if err != nil {
-				env.logf("overhead %s: no profile: %v", k.name, err)
-			} else {
-				kr.Profile = p
-			}
-		}
+		explainKind(env, g, client, k, cfg, &kr)
 		res.Kinds = append(res.Kinds, kr)
 	}
 	return res, nil
+}
+
+// measureKind runs the rounds of one request kind. Every other round runs
+// the setups in reverse order (A B C, C B A, ...), so that a setup's place
+// in a round, and drift within a round, favour none of them. A round
+// disturbed by other processes is made up for by another, up to half as
+// many more rounds, and the least disturbed rounds are kept.
+func measureKind(env *benchEnv, g *gateways, client *http.Client, k *requestKind, cfg overheadConfig) (kindResult, error) {
+	kr := kindResult{Name: k.name, Title: k.title}
+	var rounds []round
+	clean := 0
+	for n := 0; n < cfg.Rounds+cfg.Rounds/2 && (n < cfg.Rounds || clean < cfg.Rounds); n++ {
+		rd := round{setups: make([]measurement, len(overheadSetups))}
+		for j := range overheadSetups {
+			i := j
+			if n%2 == 1 {
+				i = len(overheadSetups) - 1 - j
+			}
+			w, err := runLoad(client, g.requests(k, i), cfg.Concurrency, cfg.Warmup, cfg.Window, g.meter(i))
+			if err != nil {
+				return kr, err
+			}
+			m := measure(w)
+			rd.setups[i] = m
+			rd.other = max(rd.other, m.Other)
+			env.logf("overhead %-8s round %2d %s: %6.0f req/s  p50 %-8s p99 %-8s Caddy CPU/req %-8s other load %.2f cores",
+				k.name, n+1, overheadSetups[i].id, m.RPS, ms(m.P50), ms(m.P99), us(m.CPUPerReq), m.Other)
+		}
+		if rd.other <= maxOtherLoad {
+			clean++
+		}
+		rounds = append(rounds, rd)
+	}
+	kr.Attempts = len(rounds)
+	kr.Rounds = keepQuietest(rounds, cfg.Rounds)
+	return kr, nil
+}
+
+// explainKind adds C's CPU profile and the comparison of A's and C's
+// allocations, for the kinds that get them. Without them the figures
+// still stand, so a failure is only reported.
+func explainKind(env *benchEnv, g *gateways, client *http.Client, k *requestKind, cfg overheadConfig, kr *kindResult) {
+	if cfg.Profile <= 0 {
+		return
+	}
+	a, c := 0, len(overheadSetups)-1
+	if slices.Contains(profiledKinds, k.name) {
+		p, err := profileSetup(env, client, g.procs[c], g.requests(k, c), cfg, k.name, g.meter(c))
+		if err != nil {
+			env.logf("overhead %s: no profile: %v", k.name, err)
+		}
+		kr.Profile = p
+	}
+	if k.name == allocKind {
+		allocs, err := compareAllocs(env, client, [2]*caddyProcess{g.procs[a], g.procs[c]},
+			[2]func(uint64) *http.Request{g.requests(k, a), g.requests(k, c)}, cfg, [2]cpuMeter{g.meter(a), g.meter(c)}, k.name)
+		if err != nil {
+			env.logf("overhead %s: no heap profiles: %v", k.name, err)
+		}
+		kr.Allocs = allocs
+	}
 }
 
 // maxOtherLoad is the CPU, in cores, that processes outside the

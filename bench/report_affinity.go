@@ -46,9 +46,9 @@ an LRU cache of %d tokens per engine keeps the blocks of the prompts and
 replies it served (the tail of a conversation is evicted before its head);
 the answer reports the hit as `+"`usage.prompt_tokens_details.cached_tokens`"+`.
 The working set is about %.0fk tokens (%d conversations × %.0f prompt tokens
-per request on average), so the cache holds half of it: twice an engine's
-fair share. An engine takes %s + %s per uncached prompt token + %s per
-generated token to answer.
+per request on average), so an engine's cache holds %.0f %% of it: %.1f× an
+engine's fair share. An engine takes %s + %s per uncached prompt token + %s
+per generated token to answer.
 
 **Policies**, one Caddy process each, with fresh engines, on the same
 workload:
@@ -57,6 +57,7 @@ workload:
 		firstUserMin, firstUserMax, userMinWords, userMaxWords, replyMinTokens, replyMaxTokens,
 		w.ThinkMin, w.ThinkMax, headerPercent, bodyPercent, 100-headerPercent-bodyPercent,
 		cfg.Upstreams, cfg.BlockSize, cfg.CacheTokens, res.WorkingSet/1000, w.Clients, res.MeanPrompt,
+		100*float64(cfg.CacheTokens)/res.WorkingSet, float64(cfg.CacheTokens*cfg.Upstreams)/res.WorkingSet,
 		cfg.Latency.Base, cfg.Latency.Prefill, cfg.Latency.Decode)
 	for _, p := range res.Policies {
 		fmt.Fprintf(&b, "- **%s**: %s\n", p.Name, policyTitles[p.Name])
@@ -73,7 +74,7 @@ events:
 
 `, failover, cfg.Warmup, cfg.Run)
 	for _, ev := range runEvents {
-		fmt.Fprintf(&b, "- at %.1f %%: %s\n", 100*ev.at, eventDetails[ev.label])
+		fmt.Fprintf(&b, "- at %.1f %%: %s\n", 100*ev.at, ev.detail)
 	}
 	fmt.Fprintf(&b, `
 **Definitions.**
@@ -87,15 +88,15 @@ events:
   any answer, after which the client resent the request (after %s, then
   %s; OpenAI's and Anthropic's SDKs retry such errors twice by default).
   Caddy closes idle keep-alive connections when it reloads its config, and
-  a request written onto one at that moment is lost. They happen at the
-  two reloads, for every policy (the reasons and times are below); the
-  kill of an upstream costs none, since Caddy itself retries there.
+  a request written onto one at that moment is lost. %s (reasons and
+  times below); the kill of an upstream costs none, since Caddy retries
+  those requests itself.
 - *Load imbalance*: every %s, over the engines in the pool and alive, the
   most requests in flight at one engine divided by the mean; averaged over
   the samples with any request in flight. 1 is perfectly even; with four
   engines, 1.25 means the busiest carries a quarter more than its share.
 
-`, clientBackoff[0], clientBackoff[1], sampleEvery)
+`, clientBackoff[0], clientBackoff[1], dropSummary(res), sampleEvery)
 
 	b.WriteString("### Targets\n\n")
 	targetList(&b, affinityTargets(res))
@@ -167,10 +168,16 @@ events:
 	return b.String()
 }
 
-// eventDetails say what each event does.
-var eventDetails = map[string]string{
-	"u2 killed":                 "engine u2 is killed: its listener and every connection close at once, requests in flight on it fail, new connections are refused",
-	"u2 restored (empty cache)": "u2 serves again on the same address, with an empty cache, like a restarted engine",
-	"config reload":             "a config reload through the admin API (`POST /load`) with the same upstreams",
-	"u5 added":                  "a fifth engine, u5, is added with a config reload (`POST /load`) that lists it",
+// dropSummary says when the dropped connections of a run happened.
+func dropSummary(res *affinityResult) string {
+	var all, atReload int64
+	for _, p := range res.Policies {
+		all += p.Dropped
+		atReload += p.DroppedAtReload
+	}
+	if all == 0 {
+		return "There were none in this run"
+	}
+	return fmt.Sprintf("In this run, %d of the %d, over all policies, came within %.0f %% of the run after a config reload",
+		atReload, all, 100*afterReload)
 }

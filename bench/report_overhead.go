@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -27,9 +29,9 @@ server log is discarded below errors.
 	table(&b, []string{"Setup", "Configuration"}, rows)
 	fmt.Fprintf(&b, `A load generator (Go `+"`net/http`"+` client, %d keep-alive connections, each
 sending the next request as soon as the last one is answered) sends one
-kind of request at a time to A, B, C, A, B, C, …: %d rounds per kind, each
-window %s of warm-up and %s measured, so that drift of the (shared)
-machine hits all three alike. Per window: completed requests per second,
+kind of request at a time to A, B, C, then C, B, A, and so on: %d rounds
+per kind, each window %s of warm-up and %s measured, so that drift of the
+(shared) machine, also within a round, hits all three alike. Per window: completed requests per second,
 p50 and p99 latency, and Caddy's CPU time over the window divided by the
 requests completed in it. The tables give the median over the rounds;
 each ratio is the median over rounds of the figure divided by A's in the
@@ -77,17 +79,27 @@ in a gateway's steady state):
 		}
 	}
 	table(&b, []string{"Kind", "Setup", "req/s", "p50", "p99", "Caddy CPU / request", "req/s vs A", "p99 vs A", "CPU / request vs A"}, rows)
-	fmt.Fprintf(&b, "Per-round figures of C relative to A (CPU time per request), to show the spread:\n\n")
+	fmt.Fprintf(&b, `B does the same work as A but for hashing a header, so its distance from
+1 shows how precise the ratios of this run are. The spread of Caddy's CPU
+time per request, C over A and B over A, round by round (rounds in which
+other processes used more than %.1f cores are run again, up to %d extra
+rounds per kind, and the %d least disturbed are kept; the load of other
+processes is the largest in any window of the round):
+
+`, maxOtherLoad, cfg.Rounds/2, cfg.Rounds)
 	rows = nil
 	for _, k := range res.Kinds {
-		var cells []string
+		var cs, bs, others []string
 		for r := range k.Rounds[0] {
-			a, c := k.Rounds[0][r], k.Rounds[len(overheadSetups)-1][r]
-			cells = append(cells, fmt.Sprintf("%.3f", fraction64(float64(c.CPUPerReq), float64(a.CPUPerReq))))
+			a, bb, c := k.Rounds[0][r], k.Rounds[1][r], k.Rounds[len(overheadSetups)-1][r]
+			cs = append(cs, fmt.Sprintf("%.2f", fraction64(float64(c.CPUPerReq), float64(a.CPUPerReq))))
+			bs = append(bs, fmt.Sprintf("%.2f", fraction64(float64(bb.CPUPerReq), float64(a.CPUPerReq))))
+			others = append(others, fmt.Sprintf("%.2f", max(a.Other, bb.Other, c.Other)))
 		}
-		rows = append(rows, []string{k.Name, strings.Join(cells, ", ")})
+		rows = append(rows, []string{k.Name, strings.Join(cs, " "), strings.Join(bs, " "),
+			fmt.Sprintf("%d of %d", len(k.Rounds[0]), k.Attempts), strings.Join(others, " ")})
 	}
-	table(&b, []string{"Kind", "C / A by round"}, rows)
+	table(&b, []string{"Kind", "C / A", "B / A", "rounds kept", "other processes (cores)"}, rows)
 
 	r.profiles(&b)
 	return b.String()
@@ -104,9 +116,10 @@ func (r *report) profiles(b *strings.Builder) {
 	}
 	fmt.Fprintf(b, `### Where C's CPU time goes
 
-For the kinds where the plugin reads the body, C was profiled under the
-same load for %s (`+"`/debug/pprof/profile`"+` on its admin endpoint) and the
-profile read with `+"`go tool pprof -top`"+`. The plugin's own work is the
+For the header kind (the one the targets are about) and the kinds where
+the plugin reads the body, C was profiled under the same load for %s
+(`+"`/debug/pprof/profile`"+` on its admin endpoint) and the profile read with
+`+"`go tool pprof -top`"+`. The plugin's own work is the
 samples under its packages `+"`session`"+` (finding the session: reading the
 body into memory, scanning the JSON, the fingerprint), `+"`upstreams`"+`
 (`+"`session_sticky`"+`) and `+"`activity`"+` (the admin API's history); the
@@ -125,11 +138,25 @@ upstream).
 		fmt.Fprintf(b, "%s. The plugin's own work: %.2f s, %s of Caddy's CPU time.\n\n",
 			strings.Join(p.Header, "; "), p.Plugin, pct(fraction64(p.Plugin, p.Total)))
 		var rows [][]string
-		for _, e := range top(p.PluginFlat, 8) {
+		var own []profileEntry
+		for _, e := range p.PluginFlat {
+			if e.Flat > 0 {
+				own = append(own, e)
+			}
+		}
+		for _, e := range top(own, 8) {
 			rows = append(rows, []string{"`" + e.Func + "`", fmt.Sprintf("%.2f s", e.Flat), fmt.Sprintf("%.1f %%", e.FlatPct)})
 		}
 		b.WriteString("Inside the plugin's work, by own (flat) time:\n\n")
 		table(b, []string{"Function", "flat", "of all CPU"}, rows)
+		rows = nil
+		for _, e := range top(pluginFunctions(p.Entries), 8) {
+			rows = append(rows, []string{"`" + e.Func + "`", fmt.Sprintf("%.2f s", e.Cum), fmt.Sprintf("%.1f %%", e.CumPct)})
+		}
+		b.WriteString("The plugin's functions, by time spent in them and what they call (cum):\n\n")
+		table(b, []string{"Function", "cum", "of all CPU"}, rows)
+		fmt.Fprintf(b, "Memory management in the whole process: allocation (`runtime.mallocgc`) %.1f %%, garbage collection (`runtime.gcBgMarkWorker`, `runtime.gcAssistAlloc`) %.1f %% of the CPU time.\n\n",
+			cumPct(p.Entries, "runtime.mallocgc"), cumPct(p.Entries, "runtime.gcBgMarkWorker")+cumPct(p.Entries, "runtime.gcAssistAlloc"))
 		rows = nil
 		for _, e := range top(p.Entries, 10) {
 			rows = append(rows, []string{"`" + e.Func + "`", fmt.Sprintf("%.2f s", e.Flat), fmt.Sprintf("%.1f %%", e.FlatPct),
@@ -137,7 +164,58 @@ upstream).
 		}
 		b.WriteString("The whole process, by flat time:\n\n")
 		table(b, []string{"Function", "flat", "flat %", "cum", "cum %"}, rows)
+		if k.Allocs != nil {
+			allocTable(b, k.Allocs)
+		}
 	}
+}
+
+// allocTable writes the comparison of two setups' allocations.
+func allocTable(b *strings.Builder, a *allocComparison) {
+	fmt.Fprintf(b, `Allocation does not show in a CPU profile where it is made: the garbage
+collector pays for it later, in the runtime's own functions. So A and C
+were also loaded for the same time with the same requests and their heap
+profiles compared (`+"`/debug/pprof/allocs`"+`, the delta over the load, sampled by
+the runtime): A allocates %.1f KiB and %.0f objects per request, C %.1f KiB
+and %.0f objects (%s the bytes). The functions that allocate more per
+request in C (the profiles are sampled, so differences of a few hundred
+bytes in Caddy's own functions are noise):
+
+`, a.Bytes[0]/1024, a.Objects[0], a.Bytes[1]/1024, a.Objects[1], ratio(fraction64(a.Bytes[1], a.Bytes[0])))
+	var rows [][]string
+	for _, s := range a.More[:min(8, len(a.More))] {
+		rows = append(rows, []string{"`" + s.Func + "`", fmt.Sprintf("%.0f B", s.Bytes)})
+	}
+	table(b, []string{"Function", "more bytes per request in C"}, rows)
+}
+
+// pluginFunctions returns the plugin's functions, heaviest cum first,
+// leaving out the handler's ServeHTTP and its response writer, inside
+// which the rest of the route runs.
+func pluginFunctions(es []profileEntry) []profileEntry {
+	var out []profileEntry
+	for _, e := range es {
+		if !strings.HasPrefix(e.Func, pluginModule) ||
+			strings.Contains(e.Func, ".(*Handler).ServeHTTP") || strings.Contains(e.Func, "outcomeWriter") {
+			continue
+		}
+		out = append(out, e)
+	}
+	slices.SortStableFunc(out, func(a, b profileEntry) int { return cmp.Compare(b.Cum, a.Cum) })
+	return out
+}
+
+// pluginModule is the module path of the plugin.
+const pluginModule = "github.com/sessionkeeping/caddy-session-keeping"
+
+// cumPct returns the cum share of the named function, 0 if absent.
+func cumPct(es []profileEntry, name string) float64 {
+	for _, e := range es {
+		if e.Func == name {
+			return e.CumPct
+		}
+	}
+	return 0
 }
 
 // top returns at most n entries.

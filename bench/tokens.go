@@ -1,5 +1,7 @@
 package main
 
+import "github.com/sessionkeeping/caddy-session-keeping/upstreams"
+
 // Role markers open every message in the token stream, and genMarker ends
 // a prompt, the way chat templates frame messages before an engine
 // tokenizes them. The reply then continues the same stream, so the next
@@ -44,7 +46,8 @@ func (b *blockHasher) token(t string) {
 	b.h = h
 	b.n++
 	if b.n%b.size == 0 {
-		b.blocks = append(b.blocks, mix64(h))
+		// Mixed, because FNV's low bits are weak.
+		b.blocks = append(b.blocks, upstreams.Mix64(h))
 	}
 }
 
@@ -74,14 +77,4 @@ func (b *blockHasher) clone() *blockHasher {
 	c := *b
 	c.blocks = append([]uint64(nil), b.blocks...)
 	return &c
-}
-
-// mix64 is the SplitMix64 finaliser: it spreads FNV's weak low bits.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }

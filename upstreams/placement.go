@@ -87,7 +87,7 @@ func score(keyHash uint64, dial string) uint64 {
 	return Mix64(keyHash ^ xxhash.Sum64String(dial))
 }
 
-// mix64 is the SplitMix64 finaliser: a bijection with full avalanche.
+// Mix64 is the SplitMix64 finaliser: a bijection with full avalanche.
 func Mix64(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
