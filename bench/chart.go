@@ -19,6 +19,8 @@ var policyStyles = map[string]struct {
 	"random":         {"#76b7b2", "", 1.5},
 	"header":         {"#edc948", "", 1.5},
 	"session_sticky": {"#e15759", "", 3},
+	"sticky_bf110":   {"#ff9da7", "6 3", 2},
+	"sticky_bf100":   {"#bab0ac", "6 3", 2},
 	"sticky_lc":      {"#b07aa1", "6 3", 2},
 	"oracle":         {"#59a14f", "2 3", 2},
 }

@@ -22,7 +22,10 @@ var affinityPolicies = []affinityPolicy{
 	{name: "header", lb: "lb_policy header X-Session-Id"},
 	// A name keeps the pins when the pool changes (the fifth upstream).
 	{name: "session_sticky", lb: "lb_policy session_sticky {\n\tname affinity\n}", keeping: true},
-	// Not run by default: session_sticky placing new sessions by load.
+	// Not run by default: session_sticky with a tighter load bound, and
+	// placing new sessions by load.
+	{name: "sticky_bf110", lb: "lb_policy session_sticky {\n\tname affinity\n\tbalance_factor 1.1\n}", keeping: true},
+	{name: "sticky_bf100", lb: "lb_policy session_sticky {\n\tname affinity\n\tbalance_factor 1.0\n}", keeping: true},
 	{name: "sticky_lc", lb: "lb_policy session_sticky {\n\tname affinity\n\tfallback least_conn\n}", keeping: true},
 	{name: "oracle", lb: fmt.Sprintf("lb_policy cookie %s %s {\n\tfallback least_conn\n}", oracleCookie, oracleSecret), oracle: true},
 }

@@ -13,6 +13,8 @@ var policyTitles = map[string]string{
 	"random":         "stock `lb_policy random`",
 	"header":         "stock `lb_policy header X-Session-Id` (clients without the header fall to its default fallback, `random`)",
 	"session_sticky": "`session_keeping` + `lb_policy session_sticky` with default options (and a `name`, so pins survive the change of the pool)",
+	"sticky_bf110":   "`session_keeping` + `lb_policy session_sticky { balance_factor 1.1 }`: a tighter bound on the load of the upstream a new session is placed on",
+	"sticky_bf100":   "`session_keeping` + `lb_policy session_sticky { balance_factor 1.0 }`: new sessions only on upstreams below the mean load",
 	"sticky_lc":      "`session_keeping` + `lb_policy session_sticky { fallback least_conn }`: new sessions placed on the least loaded upstream instead of by rendezvous hashing",
 	"oracle":         "the yardstick: the load generator sees every engine's cache and load, and sends each request (through Caddy's `cookie` policy, with the same failover) to the engine holding the longest cached prefix of its prompt; a conversation's first request goes to the least loaded engine",
 }
