@@ -2,7 +2,15 @@ package sessionkeeping
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,8 +47,8 @@ type caddyProcess struct {
 
 // startCaddyProcess runs bin with a Caddyfile that has the placeholders
 // {port} and {admin} for the site's and the admin endpoint's ports, and
-// stops it when the test ends.
-func startCaddyProcess(t *testing.T, bin, caddyfile string) *caddyProcess {
+// stops it when the test ends. env is added to the process's environment.
+func startCaddyProcess(t *testing.T, bin, caddyfile string, env ...string) *caddyProcess {
 	t.Helper()
 	port, admin := freePort(t), freePort(t)
 	caddyfile = strings.NewReplacer("{port}", strconv.Itoa(port), "{admin}", strconv.Itoa(admin)).Replace(caddyfile)
@@ -62,6 +70,7 @@ func startCaddyProcess(t *testing.T, bin, caddyfile string) *caddyProcess {
 	cmd := exec.Command(bin, "run", "--config", config, "--adapter", "caddyfile")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Env = append(cmd.Env, env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -287,5 +296,97 @@ http://127.0.0.1:{port} {
 	}
 	if n := len(srv.Keys(prefix + "*")); n != sessions {
 		t.Errorf("after the restart Redis holds %d pins, want %d written again", n, sessions)
+	}
+}
+
+// writeSelfSignedCert writes a certificate for 127.0.0.1, signed by its own
+// key, and the key, as PEM files in dir.
+func writeSelfSignedCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "redis test"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "redis.crt"), filepath.Join(dir, "redis.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestRedisStoreTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds Caddy and runs it")
+	}
+	certFile, keyFile := writeSelfSignedCert(t, t.TempDir())
+	srv := redistest.StartTLS(t, certFile, keyFile)
+	bin := buildCaddy(t)
+	f := newFleet(t, 2)
+	caddyfile := func(prefix string) string {
+		return fmt.Sprintf(`{
+	admin 127.0.0.1:{admin}
+	auto_https off
+	persist_config off
+	log default {
+		level ERROR
+	}
+}
+http://127.0.0.1:{port} {
+	session_keeping
+	%s
+}
+`, proxyBlock(f, `
+		lb_policy session_sticky {
+			store redis {
+				address `+srv.TLSAddr+`
+				tls on
+				key_prefix `+prefix+`
+				timeout 2s
+			}
+		}`))
+	}
+	// One gateway trusts the server's certificate (Go reads extra roots
+	// from SSL_CERT_FILE), the other does not: its store must refuse the
+	// connection and fail open.
+	trusting := startCaddyProcess(t, bin, caddyfile("trusting:"), "SSL_CERT_FILE="+certFile)
+	wary := startCaddyProcess(t, bin, caddyfile("wary:"))
+	client := &http.Client{Timeout: 10 * time.Second}
+	const sessions = 10
+	for _, g := range []*caddyProcess{trusting, wary} {
+		checkTurn(t, 1, runTurn(client, []*caddyProcess{g, g}, sessions, 1))
+	}
+	if n := len(srv.Keys("trusting:*")); n != sessions {
+		t.Errorf("over TLS the store wrote %d pins, want %d", n, sessions)
+	}
+	if n := trusting.metric(t, "caddy_session_keeping_store_errors_total"); n != 0 {
+		t.Errorf("the trusting gateway counted %v store errors", n)
+	}
+	if n := len(srv.Keys("wary:*")); n != 0 {
+		t.Errorf("a store that does not trust the certificate wrote %d pins", n)
+	}
+	if n := wary.metric(t, "caddy_session_keeping_store_errors_total"); n == 0 {
+		t.Error("the store that does not trust the certificate counted no errors")
 	}
 }

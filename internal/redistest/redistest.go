@@ -22,31 +22,61 @@ type Server struct {
 	// Addr is the server's host:port.
 	Addr string
 
-	tb   testing.TB
-	bin  string
-	port int
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	// TLSAddr is the host:port of the TLS listener of a server started by
+	// StartTLS; Addr stays plain text for the test's own commands.
+	TLSAddr string
+
+	tb      testing.TB
+	bin     string
+	port    int
+	tlsArgs []string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
 }
 
 // Start runs a redis-server for the rest of the test. It skips the test,
 // saying why, when no redis-server binary is installed.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	s := newServer(tb)
+	s.Restart()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// StartTLS is Start with a TLS listener besides the plain one, serving the
+// certificate and key in the given PEM files; clients need no certificate.
+func StartTLS(tb testing.TB, certFile, keyFile string) *Server {
+	tb.Helper()
+	s := newServer(tb)
+	tlsPort := freePort(tb)
+	s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+	s.tlsArgs = []string{"--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-auth-clients", "no"}
+	s.Restart()
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+func newServer(tb testing.TB) *Server {
+	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		tb.Skip("redis-server is not installed (apt-get install redis-server); .ci/run installs it")
 	}
+	port := freePort(tb)
+	return &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, bin: bin, port: port}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(tb testing.TB) int {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tb: tb, bin: bin, port: port}
-	s.Restart()
-	tb.Cleanup(s.Stop)
-	return s
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Restart starts the server again after Stop (or the first time).
@@ -57,10 +87,11 @@ func (s *Server) Restart() {
 	if s.cmd != nil {
 		s.tb.Fatal("redis-server is running already")
 	}
-	cmd := exec.Command(s.bin,
+	args := append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.tb.TempDir(),
-		"--loglevel", "warning")
+		"--loglevel", "warning"}, s.tlsArgs...)
+	cmd := exec.Command(s.bin, args...)
 	logFile, err := os.CreateTemp(s.tb.TempDir(), "redis-*.log")
 	if err != nil {
 		s.tb.Fatal(err)
