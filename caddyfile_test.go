@@ -56,8 +56,27 @@ func TestUnmarshalCaddyfileEveryOption(t *testing.T) {
 	}
 }
 
+// parseErrorCase is a Caddyfile that must not parse, and what its error
+// must name.
+type parseErrorCase struct{ input, wantInError string }
+
+// checkParseErrors parses each case and checks its error.
+func checkParseErrors(t *testing.T, tests []parseErrorCase) {
+	t.Helper()
+	for _, tc := range tests {
+		_, err := parse(t, tc.input)
+		if err == nil {
+			t.Errorf("%s: no error", tc.input)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.wantInError) {
+			t.Errorf("%s: error %q does not name %q", tc.input, err, tc.wantInError)
+		}
+	}
+}
+
 func TestUnmarshalCaddyfileErrors(t *testing.T) {
-	tests := []struct{ input, wantInError string }{
+	tests := []parseErrorCase{
 		{`session_keeping extra`, "wrong argument count"},
 		{"session_keeping {\nbogus 1\n}", `"bogus"`},
 		{"session_keeping {\nauto_detect maybe\n}", "auto_detect"},
@@ -82,16 +101,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"session_keeping {\nrecord_ids plain\n}", "record_ids"},
 		{"session_keeping {\nrecord_ids\n}", "record_ids"},
 	}
-	for _, tc := range tests {
-		_, err := parse(t, tc.input)
-		if err == nil {
-			t.Errorf("%s: no error", tc.input)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.wantInError) {
-			t.Errorf("%s: error %q does not name %q", tc.input, err, tc.wantInError)
-		}
-	}
+	checkParseErrors(t, tests)
 }
 
 // adaptHandler adapts a Caddyfile and returns the raw JSON of the first
@@ -284,7 +294,7 @@ func TestUnmarshalCaddyfileGatewayOptions(t *testing.T) {
 }
 
 func TestUnmarshalCaddyfileGatewayOptionErrors(t *testing.T) {
-	tests := []struct{ input, wantInError string }{
+	tests := []parseErrorCase{
 		{"session_keeping {\nkey_pool\n}", "key_pool"},
 		{"session_keeping {\nkey_pool openai\n}", "key_pool"},
 		{"session_keeping {\nkey_pool a.b k\n}", "key_pool: bad pool name"},
@@ -298,16 +308,7 @@ func TestUnmarshalCaddyfileGatewayOptionErrors(t *testing.T) {
 		{"session_keeping {\nhint_secret\n}", "hint_secret"},
 		{"session_keeping {\nhint_secret a b\n}", "hint_secret"},
 	}
-	for _, tc := range tests {
-		_, err := parse(t, tc.input)
-		if err == nil {
-			t.Errorf("%s: no error", tc.input)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.wantInError) {
-			t.Errorf("%s: error %q does not name %q", tc.input, err, tc.wantInError)
-		}
-	}
+	checkParseErrors(t, tests)
 	// Keys are never part of an error.
 	_, err := parse(t, "session_keeping {\nkey_pool p sk-visible-key\nkey_pool p sk-visible-key\n}")
 	if err == nil || strings.Contains(err.Error(), "sk-visible-key") {

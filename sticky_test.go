@@ -249,11 +249,7 @@ func TestStickyUpstreamKilledMidRun(t *testing.T) {
 		close(killed)
 	}()
 	run(3, turns)
-	select {
-	case <-killed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the victim was never killed")
-	}
+	receive(t, killed, "the victim to be killed")
 
 	moved := 0
 	for i, rs := range served {
@@ -361,32 +357,14 @@ func TestStickyConcurrentRetriesFollowTheNewPin(t *testing.T) {
 	for _, turn := range []int{21, 22} {
 		go func() { replies <- g.call(chatPath, sid, turn, true) }()
 	}
-	timeout := func(what string) {
-		t.Helper()
-		t.Fatalf("timed out waiting for %s", what)
-	}
 	for range 2 {
-		select {
-		case <-atHome:
-		case <-time.After(10 * time.Second):
-			timeout("both requests at home")
-		}
+		receive(t, atHome, "both requests at home")
 	}
 	close(failA)
-	var newHome string
-	select {
-	case newHome = <-arrivedA:
-	case <-time.After(10 * time.Second):
-		timeout("the retry of turn 21")
-	}
+	newHome := receive(t, arrivedA, "the retry of turn 21")
 	close(failB)
 	// Turn 22 is answered while turn 21 is still held.
-	var r22 reply
-	select {
-	case r22 = <-replies:
-	case <-time.After(10 * time.Second):
-		timeout("turn 22")
-	}
+	r22 := receive(t, replies, "turn 22")
 	close(releaseA)
 	r21 := <-replies
 	if !r21.ok() || r21.upstream != newHome || r21.decision != session.DecisionRepinFailed {
@@ -504,11 +482,7 @@ func TestStickySpillWhenFullAndReturnHome(t *testing.T) {
 	}
 	slow := make(chan reply, 1)
 	go func() { slow <- g.call("/slow", sid, 2, false) }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow request never reached an upstream")
-	}
+	receive(t, entered, "the slow request to reach an upstream")
 
 	// The home upstream is full: requests spill, the pin stays.
 	for turn := 3; turn <= 4; turn++ {
@@ -777,12 +751,7 @@ func TestStickyFallbackPlacesAndPins(t *testing.T) {
 	slow := make(chan reply, 3)
 	for i := range 3 {
 		go func() { slow <- g.call("/slow", "", i, false) }()
-		select {
-		case name := <-entered:
-			busy[name] = true
-		case <-time.After(10 * time.Second):
-			t.Fatal("a slow request never reached an upstream")
-		}
+		busy[receive(t, entered, "a slow request to reach an upstream")] = true
 	}
 	if len(busy) != 3 {
 		t.Fatalf("least_conn put the held requests on %v", busy)
