@@ -6,7 +6,9 @@
 package activity
 
 import (
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +24,13 @@ const (
 	DefaultMaxRequests = 100_000
 )
 
-// maxPathLen bounds the stored request path.
-const maxPathLen = 256
+// Bounds of the strings stored with a request. They come from the client,
+// so the history keeps its own short copies of them, never a slice of a
+// request line or body that would keep the whole of it in memory.
+const (
+	maxPathLen  = 256
+	maxModelLen = 256
+)
 
 // Request is one request of a session, as the admin API shows it.
 type Request struct {
@@ -50,8 +57,8 @@ type Summary struct {
 	LastUpstream string    `json:"last_upstream,omitempty"`
 }
 
-// Log is the history. Its mutex guards every field and every record; no
-// method calls out while holding it.
+// Log is the history. Its mutex guards every field and every record; the
+// only call out while holding it is Sessions' filter, which gets a copy.
 type Log struct {
 	mu          sync.Mutex
 	maxSessions int
@@ -86,14 +93,16 @@ func New(maxSessions, maxRequests int) *Log {
 
 // Record adds a request to the session s; id is stored only when not empty.
 func (l *Log) Record(s *session.Session, id string, req Request) {
-	if len(req.Path) > maxPathLen {
-		req.Path = req.Path[:maxPathLen]
+	req.Method = ownMethod(req.Method)
+	req.Path = strings.Clone(req.Path[:min(len(req.Path), maxPathLen)])
+	if len(req.Model) > maxModelLen {
+		req.Model = strings.Clone(req.Model[:maxModelLen])
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.records[s.Key]
 	if r == nil {
-		r = &record{key: s.Key, summary: Summary{Key: s.Key.String(), Source: s.Source, FirstSeen: req.Time}}
+		r = &record{key: s.Key, summary: Summary{Source: s.Source, FirstSeen: req.Time}}
 		l.records[s.Key] = r
 	} else {
 		l.unlink(r)
@@ -122,12 +131,29 @@ func (l *Log) Record(s *session.Session, id string, req Request) {
 	}
 }
 
-// drop removes a record. The caller holds l.mu.
+// drop removes a record to keep the bounds. The caller holds l.mu.
 func (l *Log) drop(r *record) {
+	l.remove(r)
+	l.dropped += uint64(len(r.ring))
+}
+
+// remove takes a record out of the log. The caller holds l.mu.
+func (l *Log) remove(r *record) {
 	l.unlink(r)
 	delete(l.records, r.key)
 	l.requests -= len(r.ring)
-	l.dropped += uint64(len(r.ring))
+}
+
+// ownMethod returns the method as a constant when it is a standard one, else
+// a short copy.
+func ownMethod(m string) string {
+	for _, std := range [...]string{http.MethodPost, http.MethodGet, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodHead, http.MethodOptions, http.MethodConnect, http.MethodTrace} {
+		if m == std {
+			return std
+		}
+	}
+	return strings.Clone(m[:min(len(m), 16)])
 }
 
 func (l *Log) pushNewest(r *record) {
@@ -160,10 +186,10 @@ func (l *Log) unlink(r *record) {
 func (l *Log) Sessions(limit int, keep func(*Summary) bool) []Summary {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]Summary, 0, min(limit, len(l.records)))
+	out := make([]Summary, 0, max(min(limit, len(l.records)), 0))
 	for r := l.newest; r != nil && len(out) < limit; r = r.older {
-		if keep == nil || keep(&r.summary) {
-			out = append(out, r.summary)
+		if s := r.export(); keep == nil || keep(&s) {
+			out = append(out, s)
 		}
 	}
 	return out
@@ -182,7 +208,14 @@ func (l *Log) Session(key session.Key) (Summary, []Request, bool) {
 	reqs = append(reqs, r.ring[r.next:]...)
 	reqs = append(reqs, r.ring[:r.next]...)
 	slices.Reverse(reqs)
-	return r.summary, reqs, true
+	return r.export(), reqs, true
+}
+
+// export returns a copy of the record's summary with its key filled in.
+func (r *record) export() Summary {
+	s := r.summary
+	s.Key = r.key.String()
+	return s
 }
 
 // Forget removes a session's history, reporting whether it had one.
@@ -193,9 +226,7 @@ func (l *Log) Forget(key session.Key) bool {
 	if r == nil {
 		return false
 	}
-	l.unlink(r)
-	delete(l.records, key)
-	l.requests -= len(r.ring)
+	l.remove(r)
 	return true
 }
 
