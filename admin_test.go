@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,20 +110,36 @@ func TestAdminAPI(t *testing.T) {
 			t.Errorf("%s: pins %+v, last upstream %q, last decision %q", sid, s.Pins, s.LastUpstream, s.LastDecision)
 		}
 	}
-	// Filters.
+	// Filters: each answer holds the session it was asked about, and
+	// only sessions that match.
 	c := list.Sessions[0]
 	var byUpstream struct{ Sessions []sessionJSON }
-	g.adminDo("GET", "/session_keeping/sessions?upstream="+c.LastUpstream, &byUpstream)
+	if st := g.adminDo("GET", "/session_keeping/sessions?upstream="+c.LastUpstream, &byUpstream); st != 200 {
+		t.Fatalf("upstream filter: %d", st)
+	}
+	if !slices.ContainsFunc(byUpstream.Sessions, func(s sessionJSON) bool { return s.Key == c.Key }) {
+		t.Errorf("upstream filter dropped %s: %+v", c.Key, byUpstream.Sessions)
+	}
 	for _, s := range byUpstream.Sessions {
 		if s.LastUpstream != c.LastUpstream && (len(s.Pins) == 0 || s.Pins[0].Upstream != c.LastUpstream) {
 			t.Errorf("upstream filter let through %+v", s)
 		}
 	}
-	var bySource struct{ Sessions []sessionJSON }
-	g.adminDo("GET", "/session_keeping/sessions?source=auto", &bySource)
-	for _, s := range bySource.Sessions {
-		if s.Source != "auto" {
-			t.Errorf("source filter let through %+v", s)
+	for _, tc := range []struct {
+		source   string
+		wantThis bool // whether c (a header session) is in the answer
+	}{{"header", true}, {"auto", false}} {
+		var bySource struct{ Sessions []sessionJSON }
+		if st := g.adminDo("GET", "/session_keeping/sessions?source="+tc.source, &bySource); st != 200 {
+			t.Fatalf("source filter %s: %d", tc.source, st)
+		}
+		if got := slices.ContainsFunc(bySource.Sessions, func(s sessionJSON) bool { return s.Key == c.Key }); got != tc.wantThis {
+			t.Errorf("source=%s: %s in the answer = %v, want %v", tc.source, c.Key, got, tc.wantThis)
+		}
+		for _, s := range bySource.Sessions {
+			if sourceKind(s.Source) != tc.source {
+				t.Errorf("source filter %s let through %+v", tc.source, s)
+			}
 		}
 	}
 

@@ -35,5 +35,5 @@ func sessionHint(secret []byte, k session.Key) string {
 	m.Write([]byte(hintDomain))
 	m.Write(k[:])
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0]))[:hintHexLen]
+	return hex.EncodeToString(m.Sum(sum[:0])[:hintHexLen/2])
 }
