@@ -177,8 +177,11 @@ func (t *PinTable) shardOf(h uint64) *shard {
 }
 
 // expired reports whether an entry last used at lastUsed is past the TTL.
+// now is read before the shard's lock is taken, so a concurrent use may
+// have stamped the entry a second later: such an entry is live, not (as the
+// unsigned difference would have it) four billion seconds old.
 func (t *PinTable) expired(lastUsed, now uint32) bool {
-	return time.Duration(now-lastUsed)*time.Second >= t.ttl
+	return now > lastUsed && time.Duration(now-lastUsed)*time.Second >= t.ttl
 }
 
 // Get returns the live pin of k and refreshes its TTL and recency.

@@ -646,3 +646,25 @@ func TestPolicyTableLifecycle(t *testing.T) {
 		t.Fatal("the second table's goroutine is still running after Cleanup")
 	}
 }
+
+func TestPinTableUseStampedLaterIsLive(t *testing.T) {
+	// A request reads the clock, then waits for the shard's lock while
+	// another, a second later, stamps the pin: to the first, the pin was
+	// used in its future. It is live, not expired.
+	clock := newFakeClock()
+	pt := NewPinTable(time.Hour, 100, clock.Now)
+	k := pinKey(1)
+	pt.PinIfAbsent(k, "a:1")
+	clock.Advance(time.Second)
+	pt.Get(k) // stamped at +1s
+	clock.Advance(-time.Second)
+	if p, ok := pt.Get(k); !ok || p.Upstream != "a:1" {
+		t.Fatalf("Get with a clock a second behind the last use = %+v, %v", p, ok)
+	}
+	if got := pt.PinIfAbsent(k, "b:2"); got != "a:1" {
+		t.Fatalf("PinIfAbsent replaced a live pin with %q", got)
+	}
+	if pt.Sweep() != 0 {
+		t.Fatal("Sweep removed a live pin")
+	}
+}
