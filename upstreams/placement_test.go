@@ -292,3 +292,22 @@ func TestNamespace(t *testing.T) {
 		t.Error("a Caddy pool and the same dial addresses give different namespaces")
 	}
 }
+
+func TestDynamicUpstreamsAreOnePool(t *testing.T) {
+	// Dynamic upstreams (SRV, A) are new values on every request, with the
+	// same addresses: the policy must see one pool, not a new one each time.
+	p := &StickySelection{TTL: caddy.Duration(time.Hour + 91*time.Second)}
+	provisionPolicy(t, p)
+	fresh := func() reverseproxy.UpstreamPool { return newPool(3) }
+	k := session.NewKey([]string{"tenant"}, "dynamic")
+	r, s := sessionRequest(k)
+	first := p.Select(fresh(), r, nil)
+	cached := p.first.Load()
+	r, s = sessionRequest(k)
+	if up := p.Select(fresh(), r, nil); up == nil || up.Dial != first.Dial || s.Decision != session.DecisionHit {
+		t.Fatalf("second request: %v, %q; want a hit on %s", up, s.Decision, first.Dial)
+	}
+	if p.first.Load() != cached {
+		t.Fatal("a pool with the same addresses was taken for a new pool")
+	}
+}

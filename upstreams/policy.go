@@ -249,9 +249,9 @@ type attempt struct {
 // pool shares, so a request that is not retried costs no allocation.
 type firstAttempt struct {
 	policy *StickySelection
-	// upstreams is the pool namespace was computed for. Holding it keeps
-	// its members alive, so a pool with the same members (pointers) is the
-	// same pool.
+	// upstreams is the pool namespace was computed for; a pool with the
+	// same dial addresses in the same order is the same pool. (Dynamic
+	// upstreams are new values on every request, with the same addresses.)
 	upstreams reverseproxy.UpstreamPool
 	namespace uint64
 }
@@ -260,7 +260,7 @@ type firstAttempt struct {
 // namespace only when the pool differs from the last one seen (static
 // upstreams: once).
 func (p *StickySelection) firstAttempt(upstreams reverseproxy.UpstreamPool) *firstAttempt {
-	if fa := p.first.Load(); fa != nil && slices.Equal(fa.upstreams, upstreams) {
+	if fa := p.first.Load(); fa != nil && slices.EqualFunc(fa.upstreams, upstreams, sameDial) {
 		return fa
 	}
 	fa := &firstAttempt{
@@ -272,6 +272,8 @@ func (p *StickySelection) firstAttempt(upstreams reverseproxy.UpstreamPool) *fir
 	p.first.Store(fa)
 	return fa
 }
+
+func sameDial(a, b *reverseproxy.Upstream) bool { return a.Dial == b.Dial }
 
 // Done learns how the request ended.
 func (fa *firstAttempt) Done(s *session.Session, status int) {

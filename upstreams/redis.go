@@ -3,6 +3,7 @@ package upstreams
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -70,12 +71,15 @@ func StoreErrors() uint64 { return storeErrors.Load() }
 // pin Redis lost (restart, flush, eviction) is written back by the next
 // instance that holds a copy.
 //
-// The store fails open. No operation waits longer than timeout; a failed
+// The store fails open. No Redis call waits longer than timeout; a failed
 // one is answered from the policy's in-process table (which mirrors every
 // pin this instance reads or writes), counted in the store error metric,
-// and logged at most every ten seconds. After a failure the store uses the
-// local table alone for a quarter second, then lets one request try Redis
-// again; the first answer puts every request back on Redis.
+// and logged at most every ten seconds. A request makes one call when its
+// session is pinned, and two or three when it pins or re-pins; after a
+// failed call the rest go to the local table at once, since the store then
+// uses the local table alone for a quarter second, before it lets one
+// request try Redis again. The first answer puts every request back on
+// Redis.
 //
 // Redis 7.0 or later is required (SET with both NX and GET).
 type RedisStore struct {
@@ -103,8 +107,8 @@ type RedisStore struct {
 	// "caddy:session_sticky:".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 
-	// The longest a request waits for one Redis operation before it is
-	// answered from the local table. Default: 50ms.
+	// The longest one Redis call may take before it is answered from the
+	// local table. Default: 50ms.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
 
 	client redis.UniversalClient
@@ -235,42 +239,34 @@ func (s *RedisStore) Get(k PinKey) (Pin, bool) {
 		return s.local.Get(k)
 	}
 	key := s.key(k)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	v, err := s.client.GetEx(ctx, key, s.ttl).Result()
 	cancel()
 	switch {
-	case errors.Is(err, redis.Nil):
-		s.ok()
+	case !s.answered(err):
+		return s.local.Get(k)
+	case err != nil: // no such key
 		if pin, ok := s.local.Get(k); ok {
 			return s.restore(k, key, pin)
 		}
 		return Pin{}, false
-	case err != nil:
-		s.fail(err)
-		return s.local.Get(k)
 	}
-	s.ok()
 	return s.adopt(k, key, v)
 }
 
-// Peek reads the pin without refreshing it or writing anything.
+// Peek reads the pin without refreshing it in Redis (the local copy is
+// brought up to date).
 func (s *RedisStore) Peek(k PinKey) (Pin, bool) {
 	if !s.reachable() {
 		return s.local.Peek(k)
 	}
 	key := s.key(k)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	v, err := s.client.Get(ctx, key).Result()
 	cancel()
-	switch {
-	case errors.Is(err, redis.Nil):
-		s.ok()
-		return s.local.Peek(k)
-	case err != nil:
-		s.fail(err)
+	if !s.answered(err) || err != nil {
 		return s.local.Peek(k)
 	}
-	s.ok()
 	return s.adopt(k, key, v)
 }
 
@@ -283,8 +279,9 @@ func (s *RedisStore) adopt(k PinKey, key, v string) (Pin, bool) {
 	pin, err := decodePin(v)
 	if err != nil {
 		// Not a value this store wrote: the session counts as unpinned,
-		// and its next pin replaces the value.
-		s.fail(fmt.Errorf("key %s: %v", key, err))
+		// and the pin placed for it overwrites the value. Redis answered,
+		// so it stays in use.
+		s.warn(fmt.Errorf("key %s: %v", key, err))
 		s.local.Delete(k)
 		return Pin{}, false
 	}
@@ -295,19 +292,13 @@ func (s *RedisStore) adopt(k PinKey, key, v string) (Pin, bool) {
 // restore writes a local pin that Redis does not hold, unless another
 // instance wrote one first, which then wins.
 func (s *RedisStore) restore(k PinKey, key string, pin Pin) (Pin, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	old, err := s.client.SetArgs(ctx, key, encodePin(pin.Upstream, pin.Avoid, pin.AvoidUntil),
 		redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true}).Result()
 	cancel()
-	switch {
-	case errors.Is(err, redis.Nil):
-		s.ok()
-		return pin, true
-	case err != nil:
-		s.fail(err)
+	if !s.answered(err) || err != nil { // failed, or written
 		return pin, true
 	}
-	s.ok()
 	return s.adopt(k, key, old)
 }
 
@@ -318,19 +309,16 @@ func (s *RedisStore) PinIfAbsent(k PinKey, upstream string) string {
 		return s.local.PinIfAbsent(k, upstream)
 	}
 	key := s.key(k)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	old, err := s.client.SetArgs(ctx, key, upstream, redis.SetArgs{Mode: "NX", TTL: s.ttl, Get: true}).Result()
 	cancel()
 	switch {
-	case errors.Is(err, redis.Nil): // written
-		s.ok()
+	case !s.answered(err):
+		return s.local.PinIfAbsent(k, upstream)
+	case err != nil: // written
 		s.local.Repin(k, upstream, "", time.Time{})
 		return upstream
-	case err != nil:
-		s.fail(err)
-		return s.local.PinIfAbsent(k, upstream)
 	}
-	s.ok()
 	if pin, ok := s.adopt(k, key, old); ok {
 		return pin.Upstream
 	}
@@ -339,7 +327,9 @@ func (s *RedisStore) PinIfAbsent(k PinKey, upstream string) string {
 	return upstream
 }
 
-// Repin writes the pin in one SET.
+// Repin writes the pin in one SET. Unlike PinTable.Repin, an empty avoid
+// clears a cooldown still running: the policy passes the avoid of the pin
+// it read, so the pin written is the pin meant.
 func (s *RedisStore) Repin(k PinKey, upstream, avoid string, avoidUntil time.Time) {
 	s.local.Repin(k, upstream, avoid, avoidUntil)
 	if !s.reachable() {
@@ -348,10 +338,10 @@ func (s *RedisStore) Repin(k PinKey, upstream, avoid string, avoidUntil time.Tim
 	if !time.Now().Before(avoidUntil) {
 		avoid = ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	err := s.client.Set(ctx, s.key(k), encodePin(upstream, avoid, avoidUntil), s.ttl).Err()
 	cancel()
-	s.result(err)
+	s.answered(err)
 }
 
 // markFailed sets the avoided upstream of an existing pin, keeping its
@@ -370,10 +360,10 @@ func (s *RedisStore) MarkFailed(k PinKey, upstream string, until time.Time) {
 	if !s.reachable() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	err := markFailed.Run(ctx, s.client, []string{s.key(k)}, upstream, until.UnixMilli()).Err()
 	cancel()
-	s.result(err)
+	s.answered(err)
 }
 
 // Delete unpins the session for the whole fleet: the pin is replaced by a
@@ -383,19 +373,18 @@ func (s *RedisStore) Delete(k PinKey) bool {
 	if !s.reachable() {
 		return deleted
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(s.Timeout))
+	ctx, cancel := s.context()
 	old, err := s.client.SetArgs(ctx, s.key(k), unpinned, redis.SetArgs{TTL: s.ttl, Get: true}).Result()
 	cancel()
-	switch {
-	case errors.Is(err, redis.Nil):
-		s.ok()
-	case err != nil:
-		s.fail(err)
-	default:
-		s.ok()
+	if s.answered(err) && err == nil {
 		deleted = deleted || old != unpinned
 	}
 	return deleted
+}
+
+// context bounds one Redis call by the store's timeout.
+func (s *RedisStore) context() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Duration(s.Timeout))
 }
 
 // key is the Redis key of a pin: the prefix, then the namespace and the
@@ -403,19 +392,12 @@ func (s *RedisStore) Delete(k PinKey) bool {
 func (s *RedisStore) key(k PinKey) string {
 	var b [128]byte
 	out := append(b[:0], s.KeyPrefix...)
-	out = binaryHex(out, k.Namespace)
+	var ns [8]byte
+	binary.BigEndian.PutUint64(ns[:], k.Namespace)
+	out = hex.AppendEncode(out, ns[:])
 	out = append(out, ':')
 	out = hex.AppendEncode(out, k.Session[:])
 	return string(out)
-}
-
-// binaryHex appends v as 16 hex digits.
-func binaryHex(dst []byte, v uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		dst = append(dst, digits[(v>>uint(shift))&0xf])
-	}
-	return dst
 }
 
 // encodePin is a pin's value: the upstream, and when the session avoids
@@ -457,34 +439,37 @@ func (s *RedisStore) reachable() bool {
 	return now >= at && s.health.retryAt.CompareAndSwap(at, now+int64(redisRetryInterval))
 }
 
-// result records the outcome of a write.
-func (s *RedisStore) result(err error) {
-	if err != nil {
+// answered records the outcome of a Redis call and reports whether Redis
+// answered it; a missing key (redis.Nil) is an answer.
+func (s *RedisStore) answered(err error) bool {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		s.fail(err)
-	} else {
-		s.ok()
+		return false
 	}
-}
-
-// ok records that Redis answered.
-func (s *RedisStore) ok() {
 	if s.health.retryAt.Load() != 0 && s.health.retryAt.Swap(0) != 0 {
 		s.logger.Info("pin store reachable again; pins are shared through Redis", zap.Strings("addresses", s.Addresses))
 	}
+	return true
 }
 
-// fail records a failed operation and warns, at most every ten seconds.
+// fail records that Redis did not answer: the store uses the local table
+// alone until the retry time.
 func (s *RedisStore) fail(err error) {
+	s.health.retryAt.Store(time.Now().UnixNano() + int64(redisRetryInterval))
+	s.warn(err)
+}
+
+// warn counts a store error and logs it, at most every ten seconds.
+func (s *RedisStore) warn(err error) {
 	storeErrors.Add(1)
 	n := s.health.failed.Add(1)
 	now := time.Now().UnixNano()
-	s.health.retryAt.Store(now + int64(redisRetryInterval))
 	last := s.health.lastWarn.Load()
 	if now-last < int64(redisWarnInterval) || !s.health.lastWarn.CompareAndSwap(last, now) {
 		return
 	}
 	s.health.failed.Store(0)
-	s.logger.Warn("pin store failed; placing sessions with this instance's table until Redis answers",
+	s.logger.Warn("pin store failed; placing sessions with this instance's table where Redis does not answer",
 		zap.Strings("addresses", s.Addresses),
 		zap.Uint64("failures_since_last_warning", n),
 		zap.Error(err))

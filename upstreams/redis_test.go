@@ -82,7 +82,7 @@ func TestRedisReplicasFollowRepins(t *testing.T) {
 			t.Fatalf("before failure: %v", up)
 		}
 		s.Balancer.Done(s, 502)
-		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k})
+		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("fleet", poolCandidates(pool)), Session: k})
 		if v := srv.Do("GET", key); !strings.HasPrefix(v, home+"\n"+home+"\n") {
 			t.Fatalf("after a 502 Redis holds %q, want %s avoiding itself", v, home)
 		}
@@ -129,7 +129,7 @@ func TestRedisConcurrentFirstRequestsAgree(t *testing.T) {
 		if ua == "" || ua != ub {
 			t.Fatalf("session %d: replicas chose %q and %q", i, ua, ub)
 		}
-		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("", pool_(pool)), Session: k})
+		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("", poolCandidates(pool)), Session: k})
 		if v := srv.Do("GET", key); v != ua {
 			t.Fatalf("session %d: Redis holds %q, requests went to %q", i, v, ua)
 		}
@@ -146,14 +146,13 @@ func pickAsync(p *StickySelection, pool reverseproxy.UpstreamPool, k session.Key
 	return up.Dial, s.Decision
 }
 
-func pool_(u reverseproxy.UpstreamPool) pool { return pool{upstreams: u} }
 
 func TestRedisTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	p := redisReplica(t, srv, time.Second, nil)
 	pool := newPool(3)
 	k := session.NewKey([]string{"tenant"}, "ttl")
-	key := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", pool_(pool)), Session: k})
+	key := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", poolCandidates(pool)), Session: k})
 	pttl := func() int {
 		n, err := strconv.Atoi(srv.Do("PTTL", key)[1:])
 		if err != nil {
@@ -236,7 +235,7 @@ func TestRedisLostPinsAreWrittenBackButUnpinsAreNot(t *testing.T) {
 		if got, d := pick(t, b, pool, k); got != home[k] || d != session.DecisionHit {
 			t.Fatalf("after FLUSHALL: %s (%s), want %s (hit)", got, d, home[k])
 		}
-		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k})
+		key := a.store.(*RedisStore).key(PinKey{Namespace: Namespace("fleet", poolCandidates(pool)), Session: k})
 		if v := srv.Do("GET", key); v != home[k] {
 			t.Fatalf("Redis holds %q, want the pin written back (%s)", v, home[k])
 		}
@@ -244,10 +243,10 @@ func TestRedisLostPinsAreWrittenBackButUnpinsAreNot(t *testing.T) {
 
 	// An unpin through a is not undone by b's copy.
 	k := keys[0]
-	if !a.store.Delete(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k}) {
+	if !a.store.Delete(PinKey{Namespace: Namespace("fleet", poolCandidates(pool)), Session: k}) {
 		t.Fatal("Delete found no pin")
 	}
-	if _, ok := b.table.Peek(PinKey{Namespace: Namespace("fleet", pool_(pool)), Session: k}); !ok {
+	if _, ok := b.table.Peek(PinKey{Namespace: Namespace("fleet", poolCandidates(pool)), Session: k}); !ok {
 		t.Fatal("b has no copy of the pin; the test proves nothing")
 	}
 	if _, d := pick(t, b, pool, k); d != session.DecisionNew {
@@ -305,7 +304,7 @@ func TestRedisFailsOpen(t *testing.T) {
 
 			// Redis answers again: new pins are written there.
 			fresh := session.NewKey([]string{"after"}, outage.name)
-			key := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", pool_(pool)), Session: fresh})
+			key := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", poolCandidates(pool)), Session: fresh})
 			deadline = time.Now().Add(5 * time.Second)
 			for srv.Do("EXISTS", key) != ":1" {
 				if time.Now().After(deadline) {
@@ -320,7 +319,7 @@ func TestRedisFailsOpen(t *testing.T) {
 				if got, _ := pick(t, p, pool, k); got != home[k] {
 					t.Fatalf("after the outage: %s, want %s", got, home[k])
 				}
-				hk := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", pool_(pool)), Session: k})
+				hk := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", poolCandidates(pool)), Session: k})
 				if v := srv.Do("GET", hk); v != home[k] {
 					t.Fatalf("Redis holds %q for a session on %s", v, home[k])
 				}
@@ -380,5 +379,32 @@ func TestRedisStoreValidate(t *testing.T) {
 	// Caddy cleans up a module whose Provision failed.
 	if err := p.Cleanup(); err != nil {
 		t.Fatalf("Cleanup after a failed Provision: %v", err)
+	}
+}
+
+func TestRedisUnreadableValueIsReplaced(t *testing.T) {
+	srv := redistest.Start(t)
+	p := redisReplica(t, srv, time.Hour+81*time.Second, nil)
+	pool := newPool(3)
+	k := session.NewKey([]string{"tenant"}, "garbled")
+	key := p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", poolCandidates(pool)), Session: k})
+	srv.Do("SET", key, "a:1\nnot a pin")
+
+	before := StoreErrors()
+	up, d := pick(t, p, pool, k)
+	if d != session.DecisionNew {
+		t.Fatalf("decision %q for an unreadable pin, want new", d)
+	}
+	if v := srv.Do("GET", key); v != up {
+		t.Fatalf("Redis holds %q, want the new pin %q", v, up)
+	}
+	if StoreErrors() == before {
+		t.Fatal("the unreadable value was not counted as a store error")
+	}
+	// Redis answered all along: the next session's pin goes there too.
+	other := session.NewKey([]string{"tenant"}, "next")
+	pick(t, p, pool, other)
+	if v := srv.Do("EXISTS", p.store.(*RedisStore).key(PinKey{Namespace: Namespace("", poolCandidates(pool)), Session: other})); v != ":1" {
+		t.Fatal("an unreadable value made the store stop using Redis")
 	}
 }
