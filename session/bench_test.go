@@ -164,7 +164,7 @@ func BenchmarkFingerprintCode16KiB(b *testing.B) {
 	scope := []string{"user-1"}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := fingerprint(&f, "/v1/messages", scope); !ok {
+		if _, ok := fingerprint(&f, "/v1/messages", modelOf(&f, "/v1/messages"), scope); !ok {
 			b.Fatal("no fingerprint")
 		}
 	}

@@ -104,9 +104,10 @@ const (
 
 // fingerprint returns "auto-" followed by 32 lowercase hex digits when the
 // body whose wanted top-level members are in f has a conversation shape, and
-// ok=false otherwise. path is the request URL path; scope is the list of
-// scope values (tenant identity), which is mixed into the fingerprint.
-func fingerprint(f *fields, path string, scope []string) (id string, ok bool) {
+// ok=false otherwise. path is the request URL path; model is the request's
+// model as modelOf finds it; scope is the list of scope values (tenant
+// identity). The model and the scope are mixed into the fingerprint.
+func fingerprint(f *fields, path, model string, scope []string) (id string, ok bool) {
 	if !conversationPath(path) {
 		return "", false
 	}
@@ -157,7 +158,7 @@ func fingerprint(f *fields, path string, scope []string) (id string, ok bool) {
 	for _, s := range scope {
 		buf = appendLenPrefixed(buf, s)
 	}
-	buf = appendModel(buf, f, path)
+	buf = appendLenPrefixed(buf, model)
 	for _, p := range parts {
 		buf = binary.LittleEndian.AppendUint64(buf, p)
 	}
@@ -210,20 +211,6 @@ func modelOf(f *fields, path string) string {
 		return string(appendUnescaped(stack[:0], c))
 	}
 	return pathModel(path)
-}
-
-// appendModel appends the length-prefixed model of the request (as modelOf
-// finds it) to b, without allocating for an unescaped model.
-func appendModel(b []byte, f *fields, path string) []byte {
-	if c, ok := stringContent(f.get("model")); ok {
-		if bytes.IndexByte(c, '\\') >= 0 {
-			var stack [128]byte
-			c = appendUnescaped(stack[:0], c)
-		}
-		b = binary.AppendUvarint(b, uint64(len(c)))
-		return append(b, c...)
-	}
-	return appendLenPrefixed(b, pathModel(path))
 }
 
 // pathModel returns the model named in a Gemini-style path such as

@@ -26,7 +26,7 @@ type orderedMember struct {
 // orderedObject is a JSON object that keeps its member order.
 type orderedObject []orderedMember
 
-// o builds an orderedObject from alternating keys and values.
+// obj builds an orderedObject from alternating keys and values.
 func obj(pairs ...any) orderedObject {
 	out := make(orderedObject, 0, len(pairs)/2)
 	for i := 0; i+1 < len(pairs); i += 2 {
@@ -35,7 +35,7 @@ func obj(pairs ...any) orderedObject {
 	return out
 }
 
-// arr builds a JSON array.
+// list builds a JSON array.
 func list(elems ...any) []any { return elems }
 
 // encodeStyle says how encode writes a value. The zero encodeStyle is compact, in
@@ -48,10 +48,10 @@ type encodeStyle struct {
 	escapeASCII   bool   // every letter of a string value (not a key) as \u00XX
 	escapeHTML    bool   // <, > and & as \u003c, \u003e, \u0026, as Go's encoding/json does
 	upperHex      bool   // \u00E9 rather than \u00e9
-	floats        bool   // integers as 1e2-encodeStyle floats
+	floats        bool   // integers as 1e2-style floats
 }
 
-// encode serialises v in encodeStyle s.
+// encodeJSON serialises v in style s.
 func encodeJSON(v any, s encodeStyle) []byte {
 	var b strings.Builder
 	encodeJSONTo(&b, v, s, 0)
@@ -205,7 +205,7 @@ func billingHeaderLine(cch string) string {
 	return "x-anthropic-billing-header: cc_version=2.1.328.593; cc_entrypoint=sdk-cli; cch=" + cch + ";"
 }
 
-// cacheControl returns an ephemeral cache_control marker.
+// ephemeralCache returns an ephemeral cache_control marker.
 func ephemeralCache() orderedObject { return obj("type", "ephemeral") }
 
 // withCacheControl appends a cache_control member to m when on is set.
@@ -231,7 +231,7 @@ func readFileSchema() orderedObject {
 	)
 }
 
-// apiDialect builds the request path and body of one API apiDialect.
+// apiDialect builds the request path and body of one API dialect.
 type apiDialect struct {
 	name  string
 	build func(v conversationVariant) (path string, body any)
@@ -389,17 +389,17 @@ var apiDialects = []apiDialect{
 	}},
 }
 
-// fp skims body as the resolver does and fingerprints it. A body the skim
+// skimAndFingerprint skims body as the resolver does and fingerprints it. A body the skim
 // rejects gets no fingerprint, as in the resolver.
 func skimAndFingerprint(body []byte, path string, scope []string) (string, bool) {
 	f := fields{names: fingerprintFields}
 	if !f.skim(body) {
 		return "", false
 	}
-	return fingerprint(&f, path, scope)
+	return fingerprint(&f, path, modelOf(&f, path), scope)
 }
 
-// mustFingerprint is fp for bodies that must have a conversation shape.
+// mustFingerprint is skimAndFingerprint for bodies that must have a conversation shape.
 func mustFingerprint(t *testing.T, body []byte, path string, scope []string) string {
 	t.Helper()
 	id, ok := skimAndFingerprint(body, path, scope)
@@ -662,8 +662,7 @@ func TestFingerprintMalformed(t *testing.T) {
 				skimAndFingerprint(b, path, nil)
 				f := fields{names: fingerprintFields}
 				f.skim(b)
-				fingerprint(&f, path, nil) // even when the skim failed
-				modelOf(&f, path)
+				fingerprint(&f, path, modelOf(&f, path), nil) // even when the skim failed
 			}
 		})
 	}
@@ -838,7 +837,7 @@ func claudeCodeSizedBody(size int) []byte {
 		header = size / 2
 	}
 	code := strings.Repeat("\tif err := parse(\"a\\\\b\", 'x'); err != nil {\n\t\treturn fmt.Errorf(\"parse: %w\", err) // é →\n\t}\n", 4)
-	prose := "You are an interactive CLI tool that helps users with software engineering tasks. Use the instructions below and the tools available to you to assist the user.\n\n# Tone and encodeStyle\nBe concise, direct, and to the point. Use `code` spans for paths such as /src/main.go.\n"
+	prose := "You are an interactive CLI tool that helps users with software engineering tasks. Use the instructions below and the tools available to you to assist the user.\n\n# Tone and style\nBe concise, direct, and to the point. Use `code` spans for paths such as /src/main.go.\n"
 
 	var system strings.Builder
 	for system.Len() < header/4 {
@@ -937,7 +936,7 @@ func benchmarkFingerprint(b *testing.B, size int) {
 		if !f.skim(body) {
 			b.Fatal("skim failed")
 		}
-		if _, ok := fingerprint(&f, "/v1/messages", scope); !ok {
+		if _, ok := fingerprint(&f, "/v1/messages", modelOf(&f, "/v1/messages"), scope); !ok {
 			b.Fatal("no fingerprint")
 		}
 	}
@@ -961,7 +960,7 @@ func benchmarkFingerprintAfterSkim(b *testing.B, size int) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, ok := fingerprint(&f, "/v1/messages", scope); !ok {
+		if _, ok := fingerprint(&f, "/v1/messages", modelOf(&f, "/v1/messages"), scope); !ok {
 			b.Fatal("no fingerprint")
 		}
 	}
@@ -993,7 +992,7 @@ func FuzzFingerprint(f *testing.F) {
 		fl := fields{names: fingerprintFields}
 		fl.skim(body)
 		modelOf(&fl, path)
-		id, ok := fingerprint(&fl, path, scope)
+		id, ok := fingerprint(&fl, path, modelOf(&fl, path), scope)
 		if ok && (len(id) != len("auto-")+32 || !strings.HasPrefix(id, "auto-")) {
 			t.Fatalf("malformed id %q", id)
 		}

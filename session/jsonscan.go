@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"slices"
 )
 
 // This file skims JSON: it finds the extent of values without decoding them.
@@ -183,42 +184,6 @@ func eachMember(b []byte, fn func(key, value []byte) bool) bool {
 	return false
 }
 
-// eachElement calls fn with the raw value of every element of the array in b,
-// in order, until fn returns false. It reports false when b is not a
-// well-formed array as far as it was read.
-func eachElement(b []byte, fn func(value []byte) bool) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '[' {
-		return false
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return true
-	}
-	for i < len(b) {
-		end := skipValue(b, i)
-		if end < 0 {
-			return false
-		}
-		if !fn(b[i:end]) {
-			return true
-		}
-		i = skipSpace(b, end)
-		if i >= len(b) {
-			return false
-		}
-		switch b[i] {
-		case ']':
-			return true
-		case ',':
-			i = skipSpace(b, i+1)
-		default:
-			return false
-		}
-	}
-	return false
-}
-
 // maxFields bounds how many top-level members one skim collects.
 const maxFields = 32
 
@@ -251,10 +216,8 @@ func (f *fields) skim(body []byte) bool {
 // get returns the raw value of the wanted member name, or nil if the body has
 // none (or name was not wanted).
 func (f *fields) get(name string) []byte {
-	for i, n := range f.names {
-		if n == name {
-			return f.vals[i]
-		}
+	if i := slices.Index(f.names, name); i >= 0 {
+		return f.vals[i]
 	}
 	return nil
 }

@@ -94,16 +94,6 @@ func membersOf(doc []byte) ([]member, bool) {
 	return ms, ok
 }
 
-// elementsOf collects what eachElement yields for doc, and its result.
-func elementsOf(doc []byte) ([]string, bool) {
-	var es []string
-	ok := eachElement(doc, func(value []byte) bool {
-		es = append(es, string(value))
-		return true
-	})
-	return es, ok
-}
-
 func TestEachMember(t *testing.T) {
 	t.Run("well-formed", func(t *testing.T) {
 		for _, c := range []struct {
@@ -186,40 +176,6 @@ func TestEachMember(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestEachElement(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want []string
-		ok   bool
-	}{
-		{`[]`, nil, true},
-		{" [ \n ] ", nil, true},
-		{`[1]`, []string{"1"}, true},
-		{` [ 1 , "a,]" ,{"b":[2]},[],null ] `, []string{"1", `"a,]"`, `{"b":[2]}`, "[]", "null"}, true},
-		{`["\"",-1e-2,true]`, []string{`"\""`, "-1e-2", "true"}, true},
-		{``, nil, false},
-		{`{}`, nil, false},
-		{`[`, nil, false},
-		{`[1,]`, []string{"1"}, false},
-		{`[1 2]`, []string{"1"}, false},
-		{`[1}`, []string{"1"}, false},
-		{`[,1]`, nil, false},
-		{`[1,"a`, []string{"1"}, false},
-		// Brackets are counted, not matched: the skimmer is no validator.
-		{`[{"a":1]`, []string{`{"a":1]`}, false},
-	} {
-		got, ok := elementsOf([]byte(c.in))
-		if ok != c.ok || !slices.Equal(got, c.want) {
-			t.Errorf("eachElement(%s) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
-		}
-	}
-
-	calls := 0
-	if ok := eachElement([]byte(`[1,2,3`), func([]byte) bool { calls++; return calls < 2 }); !ok || calls != 2 {
-		t.Errorf("early stop: ok %v after %d calls, want true after 2", ok, calls)
-	}
 }
 
 func TestFieldsSkim(t *testing.T) {
@@ -314,25 +270,14 @@ func TestEachMemberMatchesGJSON(t *testing.T) {
 }
 
 // checkAgainstGJSON checks that eachMember yields for the valid JSON object
-// doc exactly the keys and raw values gjson finds, that eachElement does the
-// same for array values, and that a skim finds the first of duplicated
-// members.
+// doc exactly the keys and raw values gjson finds, and that a skim finds the
+// first of duplicated members.
 func checkAgainstGJSON(t *testing.T, doc []byte) {
 	t.Helper()
 	r := gjson.ParseBytes(doc)
 	var want []member
 	r.ForEach(func(key, value gjson.Result) bool {
 		want = append(want, member{key.Raw[1 : len(key.Raw)-1], value.Raw})
-		if value.IsArray() {
-			var wantElems []string
-			value.ForEach(func(_, e gjson.Result) bool {
-				wantElems = append(wantElems, e.Raw)
-				return true
-			})
-			if got, ok := elementsOf([]byte(value.Raw)); !ok || !slices.Equal(got, wantElems) {
-				t.Errorf("eachElement(%s) = %q, %v; gjson %q", value.Raw, got, ok, wantElems)
-			}
-		}
 		return true
 	})
 	got, ok := membersOf(doc)
@@ -459,11 +404,6 @@ func FuzzSkim(f *testing.F) {
 			eachMember(v, func(key, value []byte) bool {
 				inside("key", key)
 				inside("value", value)
-				walk(value, depth+1)
-				return true
-			})
-			eachElement(v, func(value []byte) bool {
-				inside("element", value)
 				walk(value, depth+1)
 				return true
 			})

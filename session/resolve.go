@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -122,14 +123,7 @@ func NewResolver(c Config) (*Resolver, error) {
 // appendUnique appends the names not yet in list.
 func appendUnique(list []string, names ...string) []string {
 	for _, n := range names {
-		found := false
-		for _, have := range list {
-			if have == n {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !slices.Contains(list, n) {
 			list = append(list, n)
 		}
 	}
@@ -209,10 +203,7 @@ func (r *Resolver) Resolve(req *http.Request, scope []string) (Result, error) {
 				}
 				continue
 			}
-			if !conversationPath(req.URL.Path) {
-				continue
-			}
-			if id, ok := fingerprint(&f, req.URL.Path, scope); ok {
+			if id, ok := fingerprint(&f, req.URL.Path, res.Model, scope); ok {
 				res.found(scope, id, "auto")
 				return res, nil
 			}

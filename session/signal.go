@@ -96,8 +96,8 @@ func (s Signal) Source() string {
 }
 
 // BuiltinHeaders are the session headers of known clients, in the order they
-// are tried. Names are in canonical form (Session_id is its own canonical
-// form: net/http leaves names with an underscore as they are).
+// are tried. Names are in canonical form (Session_id is the canonical form
+// of session_id).
 var BuiltinHeaders = []Signal{
 	{Kind: KindHeaders, Name: "X-Session-Id"},             // OpenCode with other providers, OpenRouter convention
 	{Kind: KindHeaders, Name: "X-Claude-Code-Session-Id"}, // Claude Code

@@ -51,7 +51,8 @@ func stripMembers(body []byte, names []string) ([]byte, bool) {
 		start, end int // the member: from its key's opening quote to the end of its value
 		remove     bool
 	}
-	var members []member
+	var stack [16]member // most request bodies have fewer top-level members
+	members := stack[:0]
 	found := false
 	complete := eachMember(body, func(key, value []byte) bool {
 		// key and value are sub-slices of body; their capacities give
@@ -127,10 +128,5 @@ func matchName(raw []byte, names []string) bool {
 		}
 		key = s
 	}
-	for _, n := range names {
-		if key == n {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(names, key)
 }
