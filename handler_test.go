@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -277,19 +275,7 @@ func TestLogFieldsHashedByDefault(t *testing.T) {
 // readLog waits for n access-log lines and returns them decoded.
 func readLog(t *testing.T, path string, n int) []map[string]any {
 	t.Helper()
-	var lines []map[string]any
-	waitFor(t, "access log lines", func() bool {
-		data, _ := os.ReadFile(path)
-		lines = lines[:0]
-		for _, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
-			var m map[string]any
-			if json.Unmarshal(l, &m) == nil {
-				lines = append(lines, m)
-			}
-		}
-		return len(lines) >= n
-	})
-	return lines
+	return readJSONLines(t, 5*time.Second, path, n)
 }
 
 func TestCodexUnderscoreHeader(t *testing.T) {

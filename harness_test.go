@@ -114,13 +114,7 @@ func (u *upstream) addr() string { return strings.TrimPrefix(u.URL, "http://") }
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, what, cond)
 }
 
 func sha(b []byte) string {

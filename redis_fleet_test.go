@@ -27,15 +27,40 @@ import (
 // The multi-instance test: two Caddy processes, built from cmd/caddy, that
 // share nothing but one Redis.
 
-// buildCaddy builds cmd/caddy into the test's temporary directory.
+// buildCaddy builds cmd/caddy once per test run, into a directory removed
+// when the tests end (see TestMain).
 func buildCaddy(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "caddy")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/caddy")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/caddy: %v\n%s", err, out)
+	bin, err := caddyBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
+}
+
+var (
+	buildDir    string
+	caddyBinary = sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp("", "caddy-session-keeping-test-")
+		if err != nil {
+			return "", err
+		}
+		buildDir = dir
+		bin := filepath.Join(dir, "caddy")
+		if out, err := exec.Command("go", "build", "-o", bin, "./cmd/caddy").CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
+		}
+		return bin, nil
+	})
+)
+
+// TestMain removes the Caddy binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }
 
 // caddyProcess is a Caddy running as its own process.

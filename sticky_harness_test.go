@@ -362,9 +362,16 @@ func (g *gw) callAgain(path, sid string, turn int, inBody bool) reply {
 // them all.
 func (g *gw) logLines(n int) []map[string]any {
 	g.t.Helper()
+	return readJSONLines(g.t, 15*time.Second, g.logPath, n)
+}
+
+// readJSONLines waits until the file at path holds at least n JSON lines
+// and returns them decoded.
+func readJSONLines(t testing.TB, timeout time.Duration, path string, n int) []map[string]any {
+	t.Helper()
 	var lines []map[string]any
-	eventually(g.t, 15*time.Second, fmt.Sprintf("%d access log lines", n), func() bool {
-		data, _ := os.ReadFile(g.logPath)
+	eventually(t, timeout, fmt.Sprintf("%d JSON lines in %s", n, path), func() bool {
+		data, _ := os.ReadFile(path)
 		lines = lines[:0]
 		for _, l := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
 			var m map[string]any
