@@ -146,7 +146,6 @@ func pickAsync(p *StickySelection, pool reverseproxy.UpstreamPool, k session.Key
 	return up.Dial, s.Decision
 }
 
-
 func TestRedisTTL(t *testing.T) {
 	srv := redistest.Start(t)
 	p := redisReplica(t, srv, time.Second, nil)
