@@ -106,7 +106,12 @@ func (a Admin) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if source != "" {
 		keep = func(s *activity.Summary) bool { return sourceKind(s.Source) == source || s.Source == source }
 	}
-	summaries := history.Sessions(maxListLimit, keep)
+	// Filtering by upstream needs the pins, so it looks further than limit.
+	fetch := limit
+	if upstream != "" {
+		fetch = maxListLimit
+	}
+	summaries := history.Sessions(fetch, keep)
 	out := make([]sessionView, 0, min(limit, len(summaries)))
 	for _, s := range summaries {
 		if len(out) == limit {

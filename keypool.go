@@ -39,7 +39,6 @@ type KeyPool struct {
 
 // keyPool is a provisioned KeyPool.
 type keyPool struct {
-	name   string
 	keys   []string
 	ids    []uint64 // per key: a hash of its value, the rendezvous identity
 	sticky bool
@@ -95,7 +94,7 @@ func provisionKeyPools(pools []KeyPool) (map[string]*keyPool, error) {
 	repl := caddy.NewReplacer()
 	out := make(map[string]*keyPool, len(pools))
 	for _, p := range pools {
-		kp := &keyPool{name: p.Name, sticky: p.Sticky == nil || *p.Sticky}
+		kp := &keyPool{sticky: p.Sticky == nil || *p.Sticky}
 		seen := map[string]bool{}
 		for i, k := range p.Keys {
 			v := repl.ReplaceAll(k, "")

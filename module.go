@@ -158,7 +158,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.hintSecret = []byte(secret)
 	}
 	if h.StripClientSignals {
-		h.stripHeaders = h.stripHeaders[:0]
 		for _, sc := range h.Headers {
 			s, err := session.HeaderSignal(sc.Name, 0)
 			if err != nil {
