@@ -77,7 +77,9 @@ func Unpin(key session.Key) int {
 }
 
 // Members lists every upstream of every pool the loaded policies have
-// served, with its live pins, load, health and decisions since start.
+// served, with its live pins in this instance's table (with store redis,
+// the pins this instance has used), load, health and decisions since
+// start.
 func Members() []MemberView {
 	type poolOf struct {
 		table *PinTable
