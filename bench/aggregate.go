@@ -10,7 +10,7 @@ type setupSummary struct {
 	RPS                          float64
 	P50, P99, CPUPerReq          time.Duration
 	RPSRatio, P99Ratio, CPURatio float64
-	Requests, Errors             int
+	Errors                       int
 }
 
 // summary aggregates setup i of the kind.
@@ -26,7 +26,6 @@ func (k kindResult) summary(i int) setupSummary {
 		rRPS = append(rRPS, fraction64(m.RPS, a.RPS))
 		rP99 = append(rP99, fraction64(float64(m.P99), float64(a.P99)))
 		rCPU = append(rCPU, fraction64(float64(m.CPUPerReq), float64(a.CPUPerReq)))
-		s.Requests += m.Requests
 		s.Errors += m.Errors
 	}
 	s.RPS = median(rps)

@@ -15,7 +15,6 @@ import (
 // profile does not show where it belongs: the garbage collector pays it
 // later, in the runtime's functions.
 type allocComparison struct {
-	Setups  [2]string  // the baseline and the compared setup
 	Bytes   [2]float64 // allocated bytes per request
 	Objects [2]float64 // allocated objects per request
 	More    []allocSite
@@ -35,7 +34,6 @@ func compareAllocs(env *benchEnv, client *http.Client, procs [2]*caddyProcess, r
 	res := &allocComparison{}
 	var sites [2]map[string]float64
 	for i, p := range procs {
-		res.Setups[i] = p.name
 		env.logf("overhead %-8s heap profile of Caddy %s", kind, p.name)
 		before := filepath.Join(env.dir, fmt.Sprintf("allocs-%s-%s-before.pb.gz", kind, p.name))
 		after := filepath.Join(env.dir, fmt.Sprintf("allocs-%s-%s-after.pb.gz", kind, p.name))

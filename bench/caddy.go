@@ -34,15 +34,16 @@ func buildCaddy(dir string) (string, error) {
 }
 
 // caddyfile returns a complete Caddyfile: an admin endpoint of its own, no
-// automatic HTTPS, logs discarded below errors (no access logs), and one
-// site on port with the given directives.
+// automatic HTTPS, only errors logged (to the process's stderr, which goes
+// to its log file; no access logs), and one site on port with the given
+// directives.
 func caddyfile(adminPort, port int, site string) string {
 	return fmt.Sprintf(`{
 	admin localhost:%d
 	auto_https off
 	persist_config off
 	log {
-		output discard
+		output stderr
 		level ERROR
 	}
 }

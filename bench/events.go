@@ -15,7 +15,7 @@ var runEvents = []runEvent{
 	{0.25, "u2 killed", "engine u2 is killed: its listener and every connection close at once, requests in flight on it fail, new connections are refused", false},
 	{0.50, "u2 restored", "u2 serves again on the same address, with an empty cache, like a restarted engine", false},
 	{0.625, "reload", "a config reload through the admin API (`POST /load`) with the same upstreams", true},
-	{0.75, "u5 added", "a fifth engine, u5, is added with a config reload (`POST /load`) that lists it", true},
+	{0.75, "engine added", "one more engine is added with a config reload (`POST /load`) that lists it", true},
 }
 
 // afterReload is how long after a config reload, as a fraction of the

@@ -39,7 +39,7 @@ seconds). %d %% of the clients send an `+"`X-Session-Id`"+` header, %d %% a
 messages; an engine's reply depends only on the prompt, so every policy
 sees the same workload.
 
-**Engines.** %d emulated inference engines (a fifth joins at 75 %%) serve
+**Engines.** %d emulated inference engines (one more joins at 75 %%) serve
 `+"`/v1/chat/completions`"+` like vLLM or SGLang with prefix caching: a word is a
 token, each message starts with a role token and the prompt ends with the
 assistant's; tokens form %d-token blocks identified by a hash chained over
@@ -91,8 +91,7 @@ events:
   %s; OpenAI's and Anthropic's SDKs retry such errors twice by default).
   Caddy closes idle keep-alive connections when it reloads its config, and
   a request written onto one at that moment is lost. %s (reasons and
-  times below); the kill of an upstream costs none, since Caddy retries
-  those requests itself.
+  times below).
 - *Load imbalance*: every %s, over the engines in the pool and alive, the
   most requests in flight at one engine divided by the mean; averaged over
   the samples with any request in flight. 1 is perfectly even; with four
@@ -180,6 +179,10 @@ func dropSummary(res *affinityResult) string {
 	if all == 0 {
 		return "There were none in this run"
 	}
-	return fmt.Sprintf("In this run, %d of the %d, over all policies, came within %.0f %% of the run after a config reload",
+	s := fmt.Sprintf("In this run, %d of the %d, over all policies, came within %.0f %% of the run after a config reload",
 		atReload, all, 100*afterReload)
+	if atReload == all {
+		s += "; the kill of an upstream cost none, since Caddy retries those requests itself"
+	}
+	return s
 }

@@ -19,7 +19,7 @@ plugin) listen on loopback in front of the same %d upstreams, Go `+"`net/http`"+
 servers in the benchmark program that read the whole body and answer a
 small JSON. Each configuration is its own process, so its CPU time
 (utime + stime from `+"`/proc/<pid>/stat`"+`) is its own. No access logs; the
-server log is discarded below errors.
+server logs errors only.
 
 `, cfg.Upstreams)
 	rows := [][]string{}

@@ -30,11 +30,15 @@ func TestBlocksChainOverThePrefix(t *testing.T) {
 }
 
 func TestCloneIsIndependent(t *testing.T) {
+	// Three blocks leave the original's slice room to grow in place, so a
+	// clone that shared it would see the original's next block.
 	h := newBlockHasher(2)
-	h.words("a b c d")
+	h.words("a b c d e f")
 	c := h.clone()
-	c.words("e f")
-	if len(h.blocks) != 2 || len(c.blocks) != 3 || h.n != 4 {
-		t.Fatalf("clone changed the original: %d blocks, %d tokens", len(h.blocks), h.n)
+	c.words("g h")
+	cloneBlock := c.blocks[3]
+	h.words("x y")
+	if len(h.blocks) != 4 || len(c.blocks) != 4 || c.blocks[3] != cloneBlock || h.blocks[3] == cloneBlock {
+		t.Fatalf("clone and original share blocks: %x and %x", h.blocks, c.blocks)
 	}
 }
