@@ -37,6 +37,8 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	    order         headers|body|auto...
 //	    scope         <placeholder or literal>...
 //	    max_body      <size>
+//	    max_buffered  <size>
+//	    buffer_bodies on|off
 //	    record_ids    hashed|raw
 //	    key_pool      <name> <key>...
 //	    key_pool_sticky <name> on|off
@@ -120,21 +122,23 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Scope = args
 
-		case "max_body":
-			if !d.NextArg() {
-				return d.Err("max_body: want a size")
-			}
-			size, err := humanize.ParseBytes(d.Val())
+		case "max_body", "max_buffered":
+			size, err := parseSize(d)
 			if err != nil {
-				return d.Errf("max_body: bad size %q: %v", d.Val(), err)
+				return err
 			}
-			if size == 0 || size > 1<<40 {
-				return d.Errf("max_body: size %q out of range", d.Val())
+			if opt == "max_body" {
+				h.MaxBody = size
+			} else {
+				h.MaxBuffered = size
 			}
-			h.MaxBody = int64(size)
-			if d.NextArg() {
-				return d.Err("max_body: too many arguments")
+
+		case "buffer_bodies":
+			on, err := parseOnOff(d)
+			if err != nil {
+				return err
 			}
+			h.BufferBodies = on
 
 		case "record_ids":
 			if !d.NextArg() {
@@ -205,6 +209,26 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		h.KeyPools[i].Sticky = &on
 	}
 	return nil
+}
+
+// parseSize reads the single size argument of the current option: bytes,
+// or a size such as 512KiB, 32MiB or 32MB, from 1 byte to 1 TiB.
+func parseSize(d *caddyfile.Dispenser) (int64, error) {
+	opt := d.Val()
+	if !d.NextArg() {
+		return 0, d.Errf("%s: want a size", opt)
+	}
+	size, err := humanize.ParseBytes(d.Val())
+	if err != nil {
+		return 0, d.Errf("%s: bad size %q: %v", opt, d.Val(), err)
+	}
+	if size == 0 || size > 1<<40 {
+		return 0, d.Errf("%s: size %q out of range", opt, d.Val())
+	}
+	if d.NextArg() {
+		return 0, d.Errf("%s: too many arguments", opt)
+	}
+	return int64(size), nil
 }
 
 // parseOnOff reads the single on|off argument of the current option.

@@ -48,6 +48,16 @@ var (
 		Help: "Requests dropped from the admin API's request history to keep it within its bounds.",
 	}, func() float64 { _, _, dropped := history.Stats(); return float64(dropped) })
 
+	unbufferedBodies = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "caddy_session_keeping_unbuffered_bodies_total",
+		Help: "Request bodies not read because the max_buffered budget was used up; each streamed through untouched, its session resolved from headers only.",
+	})
+
+	bufferedBytes = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "caddy_session_keeping_buffered_bytes",
+		Help: "Bytes of request body buffers held by session_keeping now, out of max_buffered.",
+	}, func() float64 { _, inUse, _, _ := bodyBuffers.Stats(); return float64(inUse) })
+
 	decisionsDesc = prometheus.NewDesc("caddy_session_keeping_decisions_total",
 		"Upstream selections by lb_policy session_sticky, by decision.", []string{"decision"}, nil)
 )
@@ -67,7 +77,7 @@ func (decisionCollector) Collect(ch chan<- prometheus.Metric) {
 // registerMetrics adds the collectors to a config's registry. A second
 // session_keeping handler of the same config finds them registered already.
 func registerMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{resolutions, invalidIDs, livePins, pinEvictions, storeErrors, historyDropped, decisionCollector{}} {
+	for _, c := range []prometheus.Collector{resolutions, invalidIDs, unbufferedBodies, bufferedBytes, livePins, pinEvictions, storeErrors, historyDropped, decisionCollector{}} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

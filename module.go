@@ -78,6 +78,19 @@ type Handler struct {
 	// Default: 33554432 (32 MiB).
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// The bytes that the request bodies held by all session_keeping
+	// handlers of the process may take together. A body that would exceed
+	// it streams through untouched and its session is resolved from
+	// headers only. The process uses the largest value of its handlers.
+	// Default: 268435456 (256 MiB).
+	MaxBuffered int64 `json:"max_buffered,omitempty"`
+
+	// Whether every request body of at most max_body bytes is held (within
+	// max_buffered) until the response starts, not only those read to find
+	// the session, so that a reverse_proxy retry can send it again. In
+	// place of reverse_proxy's request_buffers. Default: false.
+	BufferBodies bool `json:"buffer_bodies,omitempty"`
+
 	// How session ids appear in logs: "hashed" (only the session key) or
 	// "raw" (also the id as the client sent it, as `session_id`).
 	// Default: "hashed".
@@ -105,6 +118,7 @@ type Handler struct {
 	HintSecret string `json:"hint_secret,omitempty"`
 
 	resolver     *session.Resolver
+	logger       *zap.Logger
 	logRaw       bool
 	pools        map[string]*keyPool
 	hintSecret   []byte
@@ -131,13 +145,15 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision builds the resolver from the configuration and registers the
-// plugin's metrics.
+// Provision builds the resolver from the configuration, claims the
+// handler's share of the body budget and registers the plugin's metrics.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
 	cfg, err := h.resolverConfig()
 	if err != nil {
 		return err
 	}
+	cfg.Buffers = bodyBuffers
 	h.resolver, err = session.NewResolver(cfg)
 	if err != nil {
 		return err
@@ -174,6 +190,13 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("registering metrics: %v", err)
 		}
 	}
+	claimBudget(h)
+	return nil
+}
+
+// Cleanup gives back the handler's claim on the body budget.
+func (h *Handler) Cleanup() error {
+	releaseBudget(h)
 	return nil
 }
 
@@ -217,6 +240,9 @@ func (h *Handler) resolverConfig() (session.Config, error) {
 	if h.MaxBody < 0 {
 		return cfg, fmt.Errorf("max_body: must not be negative, got %d", h.MaxBody)
 	}
+	if h.MaxBuffered < 0 {
+		return cfg, fmt.Errorf("max_buffered: must not be negative, got %d", h.MaxBuffered)
+	}
 	return cfg, nil
 }
 
@@ -250,17 +276,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if x.res.Skipped > 0 {
 		invalidIDs.Add(float64(x.res.Skipped))
 	}
-
+	overBudget := x.res.Unbuffered
+	if h.BufferBodies && !overBudget {
+		held, err := h.resolver.Hold(r)
+		if err != nil {
+			return caddyhttp.Error(bodyErrorStatus(err), err)
+		}
+		overBudget = !held
+	}
+	if overBudget {
+		h.noteUnbuffered()
+	}
 	if h.StripClientSignals {
-		if r, err = h.strip(r); err != nil {
+		if r, err = h.strip(r, !overBudget); err != nil {
 			return caddyhttp.Error(bodyErrorStatus(err), err)
 		}
 	}
+	// A body read into a pooled buffer goes back once the response has
+	// started (the writer sees it) or at the latest when this returns.
+	if body := r.Body; session.Held(body) {
+		defer session.Release(body)
+		x.writer.body = body
+	}
+	x.writer.ResponseWriter = w
 
 	repl.Map(x.placeholder)
 	if !x.res.Found {
 		resolvedNone.Inc()
-		return next.ServeHTTP(w, r)
+		if x.writer.body == nil {
+			return next.ServeHTTP(w, r)
+		}
+		return next.ServeHTTP(&x.writer, r)
 	}
 	countResolution(x.res.Source)
 
@@ -275,7 +321,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 
-	x.writer.ResponseWriter = w
 	err = next.ServeHTTP(&x.writer, r)
 
 	// When every attempt failed, Caddy writes the error status after the
@@ -378,10 +423,11 @@ func bodyErrorStatus(err error) int {
 // placeholderPrefix is the namespace of the handler's placeholders.
 const placeholderPrefix = "http.session."
 
-// strip removes the client signals from r (see StripClientSignals). The
-// headers are removed from a copy of the header map, so the access log
-// still shows the request as the client sent it.
-func (h *Handler) strip(r *http.Request) (*http.Request, error) {
+// strip removes the client signals from r (see StripClientSignals), the
+// body fields only when body is set. The headers are removed from a copy of
+// the header map, so the access log still shows the request as the client
+// sent it.
+func (h *Handler) strip(r *http.Request, body bool) (*http.Request, error) {
 	var cloned bool
 	for _, name := range h.stripHeaders {
 		if _, ok := r.Header[name]; !ok {
@@ -395,7 +441,10 @@ func (h *Handler) strip(r *http.Request) (*http.Request, error) {
 		}
 		delete(r.Header, name)
 	}
-	_, err := session.StripBody(r, h.MaxBody)
+	if !body {
+		return r, nil
+	}
+	_, err := h.resolver.StripBody(r)
 	return r, err
 }
 
@@ -468,6 +517,7 @@ func (x *exchange) placeholder(key string) (any, bool) {
 // Interface guards
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

@@ -1,20 +1,21 @@
 package session
 
 import (
-	"bytes"
+	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync"
 )
 
 // DefaultMaxBody is the default bound on the body read for resolution:
 // 32 MiB, the largest request body LLM providers accept.
 const DefaultMaxBody = 32 << 20
 
-// exactAllocLimit is the largest declared Content-Length read into one
-// buffer allocated up front. Beyond it the buffer grows as bytes arrive, so
-// a client cannot make the gateway reserve memory it never sends.
-const exactAllocLimit = 4 << 20
+// firstChunk is the buffer a body of unknown length (chunked) is first read
+// into; it doubles as the body turns out larger.
+const firstChunk = 32 << 10
 
 // BodyError reports that the request body could not be read (the client
 // went away, or request_body max_size was exceeded). The request must not be
@@ -24,11 +25,25 @@ type BodyError struct{ Err error }
 func (e *BodyError) Error() string { return "reading request body: " + e.Err.Error() }
 func (e *BodyError) Unwrap() error { return e.Err }
 
-// captureBody reads the body of r when it may be JSON and is at most max
-// bytes, and replaces r.Body so that whoever reads it next gets exactly the
-// bytes the client sent. It returns nil when it leaves the body unread (no
-// body, not JSON, Content-Encoding set) or when the body is larger than max;
-// in that case the body still streams through untouched.
+// errReleased is what a read of a held body gets after its buffer went back
+// to the pool: only a reader that started after the response had begun can
+// see it, and it must not get another request's bytes.
+var errReleased = errors.New("request body released: the response has started")
+
+// captureRule says which bodies captureBody reads.
+type captureRule struct {
+	max     int64       // the largest body read
+	pool    *BufferPool // where the buffer comes from; nil allocates
+	anyType bool        // read bodies of any type, not only JSON
+}
+
+// captureBody reads the body of r into a buffer from the pool when it is at
+// most max bytes (and, unless anyType, may be JSON), and replaces r.Body by
+// a heldBody that gives whoever reads it next exactly the bytes the client
+// sent. It returns nil when it leaves the body unread (no body, not JSON,
+// Content-Encoding set), when the body is larger than max, or when the
+// pool's budget refuses the buffer (refused is then true); the body still
+// streams through untouched.
 //
 // A body whose length was not declared (chunked) gets ContentLength set once
 // it has been read whole, so it is sent upstream with a Content-Length.
@@ -36,47 +51,80 @@ func (e *BodyError) Unwrap() error { return e.Err }
 // A body this function has replaced already, and nobody has read from since,
 // is not read again: its bytes are returned as they are (nil for a body that
 // was too large).
-func captureBody(r *http.Request, max int64) ([]byte, error) {
-	if rb, ok := r.Body.(*replayBody); ok && rb.read.Len() == int(rb.read.Size()) {
-		return rb.whole, nil
+func captureBody(r *http.Request, rule captureRule) (body []byte, refused bool, err error) {
+	if hb, ok := r.Body.(*heldBody); ok {
+		return hb.unread(), false, nil
 	}
-	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || !mayBeJSON(r.Header) {
-		return nil, nil
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > rule.max {
+		return nil, false, nil
 	}
-	if r.ContentLength > max {
-		return nil, nil
+	if !rule.anyType && !mayBeJSON(r.Header) {
+		return nil, false, nil
 	}
-	var buf []byte
-	if n := r.ContentLength; n > 0 && n <= exactAllocLimit {
-		buf = make([]byte, n)
+	if n := r.ContentLength; n > 0 {
+		buf := rule.pool.Get(n)
+		if buf == nil {
+			return nil, true, nil
+		}
 		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, &BodyError{err}
+			rule.pool.Put(buf)
+			return nil, false, &BodyError{err}
 		}
-	} else {
-		var err error
-		buf, err = readAtMost(r.Body, max)
-		if err != nil {
-			return nil, &BodyError{err}
-		}
-		if int64(len(buf)) > max {
-			// Too large: send what was read, then the rest, untouched.
-			r.Body = newReplayBody(buf, nil, r.Body)
-			return nil, nil
-		}
+		r.Body = holdBody(buf, true, r.Body, rule.pool)
+		return buf, false, nil
 	}
-	r.Body = newReplayBody(buf, buf, r.Body)
-	if r.ContentLength < 0 {
-		r.ContentLength = int64(len(buf))
-		r.TransferEncoding = nil
+	buf, whole, refused, err := readChunked(r.Body, rule)
+	if err != nil {
+		return nil, false, &BodyError{err}
 	}
-	return buf, nil
+	if buf == nil {
+		return nil, refused, nil
+	}
+	// A prefix (too large, or the budget refused to grow it) is sent
+	// first, then the rest, untouched.
+	r.Body = holdBody(buf, whole, r.Body, rule.pool)
+	if !whole {
+		return nil, refused, nil
+	}
+	r.ContentLength = int64(len(buf))
+	r.TransferEncoding = nil
+	return buf, false, nil
 }
 
-// readAtMost reads src until EOF or until more than max bytes were read.
-func readAtMost(src io.Reader, max int64) ([]byte, error) {
-	var b bytes.Buffer
-	_, err := b.ReadFrom(io.LimitReader(src, max+1))
-	return b.Bytes(), err
+// readChunked reads a body of unknown length into buffers from the pool,
+// each step twice the last, until EOF or until more than max bytes were
+// read. It returns what it read (nil when the pool refused the first
+// buffer) and whether that is the whole body; refused reports that the
+// budget stopped it.
+func readChunked(src io.Reader, rule captureRule) (buf []byte, whole, refused bool, err error) {
+	limit := rule.max + 1 // one byte past max tells a body over max
+	buf = rule.pool.Get(min(firstChunk, limit))
+	if buf == nil {
+		return nil, false, true, nil
+	}
+	n := 0
+	for {
+		k, err := src.Read(buf[n:])
+		n += k
+		switch {
+		case int64(n) == limit:
+			return buf[:n], false, false, nil
+		case err == io.EOF:
+			return buf[:n], true, false, nil
+		case err != nil:
+			rule.pool.Put(buf)
+			return nil, false, false, err
+		case n < len(buf):
+			continue
+		}
+		bigger := rule.pool.Get(min(2*int64(len(buf)), limit))
+		if bigger == nil {
+			return buf[:n], false, true, nil
+		}
+		copy(bigger, buf[:n])
+		rule.pool.Put(buf)
+		buf = bigger
+	}
 }
 
 // mayBeJSON reports whether a body with these headers may be read: a JSON
@@ -98,25 +146,143 @@ func mayBeJSON(h http.Header) bool {
 		(len(ct) >= 5 && strings.EqualFold(ct[len(ct)-5:], "+json"))
 }
 
-// replayBody serves the bytes already read, then whatever the original body
-// still holds, and closes the original body.
-type replayBody struct {
-	read  bytes.Reader
-	whole []byte // the entire body when read holds all of it; nil for a prefix
-	rest  io.ReadCloser
+// heldBody is a request body read into a pooled buffer: it serves the bytes
+// read, then whatever the original body still holds.
+//
+// A whole body is served again from its start to each new reader: a
+// reverse_proxy retry reads the same request body again after the
+// transport closed it for the failed attempt (Go's transports close the
+// body before a failed round trip returns). So a retry resends the body
+// without a second copy.
+//
+// The buffer goes back to the pool as soon as nobody needs it: a prefix once
+// it has been served; a whole body once the handler let go of it (the
+// response has started, so no retry can follow, or the handler returned)
+// and no reader is in the middle of it. A transport may still be sending the
+// body after the response has begun; then the buffer waits for that reader
+// to reach the end or close. Should a reader never finish, the buffer goes
+// back when the body becomes unreachable.
+type heldBody struct {
+	pool    *BufferPool
+	rest    io.ReadCloser   // the original body, drained when whole
+	cleanup runtime.Cleanup // returns buf when the body becomes unreachable
+
+	mu     sync.Mutex // guards everything below, and buf's bytes while held
+	buf    []byte     // the bytes read; nil once back in the pool
+	whole  bool       // buf is the entire body
+	off    int        // bytes of buf served to the current reader
+	closed bool       // Close came after the last read: the next read is a new reader
+	letGo  bool       // the handler needs the bytes no more
 }
 
-// newReplayBody serves read, then rest; whole is read when it is the entire
-// body, else nil.
-func newReplayBody(read, whole []byte, rest io.ReadCloser) *replayBody {
-	return &replayBody{read: *bytes.NewReader(read), whole: whole, rest: rest}
+// holdBody returns the heldBody of buf, which came from pool; rest is the
+// original body.
+func holdBody(buf []byte, whole bool, rest io.ReadCloser, pool *BufferPool) *heldBody {
+	b := &heldBody{pool: pool, rest: rest, buf: buf, whole: whole}
+	if pool != nil {
+		b.cleanup = runtime.AddCleanup(b, pool.Put, buf)
+	}
+	return b
 }
 
-func (b *replayBody) Read(p []byte) (int, error) {
-	if b.read.Len() > 0 {
-		return b.read.Read(p)
+func (b *heldBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.closed = false
+		if b.whole {
+			b.off = 0 // a new reader: a retry gets the body from the start
+		}
+	}
+	if b.buf == nil && (b.whole || b.off == 0) {
+		b.mu.Unlock()
+		return 0, errReleased
+	}
+	if b.buf != nil && b.off < len(b.buf) {
+		n := copy(p, b.buf[b.off:])
+		b.off += n
+		if b.off == len(b.buf) && !b.whole {
+			b.releaseLocked() // a prefix is served once
+		}
+		b.mu.Unlock()
+		return n, nil
+	}
+	whole := b.whole
+	if whole && b.letGo {
+		b.releaseLocked()
+	}
+	b.mu.Unlock()
+	if whole {
+		return 0, io.EOF
 	}
 	return b.rest.Read(p)
 }
 
-func (b *replayBody) Close() error { return b.rest.Close() }
+// Close ends the current reader. A whole body can be read again from the
+// start; a prefix cannot (the rest is gone).
+func (b *heldBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	if b.letGo || !b.whole {
+		b.releaseLocked()
+	}
+	b.mu.Unlock()
+	return b.rest.Close()
+}
+
+// release tells the body that the handler needs its bytes no more: the
+// response has started or the handler returned. The buffer goes back to the
+// pool now, or when the reader in the middle of it finishes.
+func (b *heldBody) release() {
+	b.mu.Lock()
+	b.letGo = true
+	if b.off == 0 || b.off == len(b.buf) || b.closed {
+		b.releaseLocked()
+	}
+	b.mu.Unlock()
+}
+
+// releaseLocked returns the buffer to the pool. b.mu is held.
+func (b *heldBody) releaseLocked() {
+	if b.buf == nil {
+		return
+	}
+	if b.pool != nil {
+		b.cleanup.Stop()
+		b.pool.Put(b.buf)
+	}
+	b.buf = nil
+}
+
+// unread returns the whole body when no reader has taken any of it yet, and
+// nil otherwise.
+func (b *heldBody) unread() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.whole || b.off != 0 || b.closed {
+		return nil
+	}
+	return b.buf
+}
+
+// resize makes the held body its first n bytes, after its bytes were
+// edited in place (stripping).
+func (b *heldBody) resize(n int) {
+	b.mu.Lock()
+	b.buf = b.buf[:n]
+	b.mu.Unlock()
+}
+
+// Release lets go of a request body that session resolution (or Hold) read
+// into a pooled buffer: call it once the response has started, and when the
+// handler returns. Bodies of any other kind are left alone.
+func Release(body io.ReadCloser) {
+	if b, ok := body.(*heldBody); ok {
+		b.release()
+	}
+}
+
+// Held reports whether body is a request body read into a pooled buffer.
+func Held(body io.ReadCloser) bool {
+	_, ok := body.(*heldBody)
+	return ok
+}

@@ -56,7 +56,7 @@ func TestCaptureBody(t *testing.T) {
 			if tc.encoding != "" {
 				req.Header.Set("Content-Encoding", tc.encoding)
 			}
-			got, err := captureBody(req, tc.max)
+			got, _, err := captureBody(req, captureRule{max: tc.max})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestCaptureBodyErrors(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/", io.MultiReader(strings.NewReader(`{"model":`), iotest.ErrReader(io.ErrUnexpectedEOF)))
 	req.ContentLength = 100
 	req.Header.Set("Content-Type", "application/json")
-	_, err := captureBody(req, 1024)
+	_, _, err := captureBody(req, captureRule{max: 1024})
 	var be *BodyError
 	if !errors.As(err, &be) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("got %v, want a BodyError wrapping the read error", err)
@@ -99,7 +99,7 @@ func TestCaptureBodyErrors(t *testing.T) {
 	req = httptest.NewRequest(http.MethodPost, "/", strings.NewReader(strings.Repeat("a", 200)))
 	req.Header.Set("Content-Type", "application/json")
 	req.Body = http.MaxBytesReader(rec, req.Body, 50)
-	_, err = captureBody(req, 1024)
+	_, _, err = captureBody(req, captureRule{max: 1024})
 	var mbe *http.MaxBytesError
 	if !errors.As(err, &mbe) {
 		t.Fatalf("got %v, want an http.MaxBytesError", err)
@@ -114,19 +114,25 @@ func TestCaptureBodyErrors(t *testing.T) {
 	}
 }
 
-func TestCaptureLargeDeclaredLength(t *testing.T) {
-	// A body over exactAllocLimit is read in growing steps and still
-	// restored whole.
-	body := bytes.Repeat([]byte("y"), exactAllocLimit+1)
-	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+func TestCaptureLargeChunked(t *testing.T) {
+	// A chunked body larger than the first buffer is read in growing
+	// steps and still restored whole.
+	body := bytes.Repeat([]byte("y"), 5*firstChunk+123)
+	req := httptest.NewRequest(http.MethodPost, "/", onlyReader{iotest.HalfReader(bytes.NewReader(body))})
+	req.ContentLength = -1
 	req.Header.Set("Content-Type", "application/json")
-	got, err := captureBody(req, DefaultMaxBody)
-	if err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("captured %d bytes, err %v", len(got), err)
+	pool := NewBufferPool(1 << 20)
+	got, refused, err := captureBody(req, captureRule{max: DefaultMaxBody, pool: pool})
+	if err != nil || refused || !bytes.Equal(got, body) {
+		t.Fatalf("captured %d bytes, refused %v, err %v", len(got), refused, err)
 	}
 	after, _ := io.ReadAll(req.Body)
 	if !bytes.Equal(after, body) || req.ContentLength != int64(len(body)) {
 		t.Fatalf("restored %d bytes, ContentLength %d", len(after), req.ContentLength)
+	}
+	// Only the last buffer is in use: the smaller ones went back.
+	if _, inUse, _, _ := pool.Stats(); inUse != int64(cap(got)) {
+		t.Fatalf("in use %d, want the final buffer's %d", inUse, cap(got))
 	}
 }
 
@@ -144,11 +150,11 @@ func TestCaptureBodyTwiceReadsOnce(t *testing.T) {
 	src := &countingReader{r: bytes.NewReader(body)}
 	req := httptest.NewRequest(http.MethodPost, "/", src)
 	req.ContentLength = int64(len(body))
-	first, err := captureBody(req, 1024)
+	first, _, err := captureBody(req, captureRule{max: 1024})
 	if err != nil || !bytes.Equal(first, body) {
 		t.Fatalf("first capture: %q, %v", first, err)
 	}
-	second, err := captureBody(req, 1024)
+	second, _, err := captureBody(req, captureRule{max: 1024})
 	if err != nil || &second[0] != &first[0] || src.n != len(body) {
 		t.Fatalf("second capture copied or read again (read %d bytes, same buffer %v)", src.n, err == nil && &second[0] == &first[0])
 	}
@@ -162,7 +168,7 @@ func TestCaptureBodyTwiceReadsOnce(t *testing.T) {
 	req = httptest.NewRequest(http.MethodPost, "/", onlyReader{bytes.NewReader(big)})
 	req.ContentLength = -1
 	for i := 0; i < 2; i++ {
-		if got, err := captureBody(req, 10); got != nil || err != nil {
+		if got, _, err := captureBody(req, captureRule{max: 10}); got != nil || err != nil {
 			t.Fatalf("capture %d of a body over max: %d bytes, %v", i, len(got), err)
 		}
 	}

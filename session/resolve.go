@@ -24,6 +24,9 @@ type Config struct {
 	Order []Kind
 	// MaxBody bounds the body read; 0 means DefaultMaxBody.
 	MaxBody int64
+	// Buffers is where bodies are read into, within its budget; nil
+	// allocates a buffer per body, with no budget.
+	Buffers *BufferPool
 }
 
 // Resolver finds the session of a request. It is immutable after NewResolver
@@ -34,6 +37,7 @@ type Resolver struct {
 	body    []bodySignal
 	auto    bool
 	maxBody int64
+	buffers *BufferPool
 	// skimNames are the top-level body members one skim collects: the first
 	// path component of every plain body signal, plus what the fingerprint
 	// and the model need.
@@ -58,7 +62,7 @@ type bodySignal struct {
 
 // NewResolver checks c and builds a Resolver from it.
 func NewResolver(c Config) (*Resolver, error) {
-	r := &Resolver{auto: c.AutoDetect, maxBody: c.MaxBody}
+	r := &Resolver{auto: c.AutoDetect, maxBody: c.MaxBody, buffers: c.Buffers}
 	if r.maxBody == 0 {
 		r.maxBody = DefaultMaxBody
 	}
@@ -150,6 +154,9 @@ type Result struct {
 	Skipped int
 	// BodyRead reports whether the body was read (and Model is meaningful).
 	BodyRead bool
+	// Unbuffered reports that the body was not read because the buffer
+	// budget was used up; it streamed through, and only headers counted.
+	Unbuffered bool
 }
 
 // Resolve finds the session of req under the given scope values. Kinds are
@@ -183,10 +190,11 @@ func (r *Resolver) Resolve(req *http.Request, scope []string) (Result, error) {
 			}
 		case KindBody, KindAuto:
 			if !res.BodyRead {
-				body, err := captureBody(req, r.maxBody)
+				body, refused, err := captureBody(req, captureRule{max: r.maxBody, pool: r.buffers})
 				if err != nil {
 					return res, err
 				}
+				res.Unbuffered = refused
 				res.BodyRead = body != nil
 				if res.BodyRead {
 					f.names = r.skimNames
@@ -210,6 +218,15 @@ func (r *Resolver) Resolve(req *http.Request, scope []string) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// Hold reads the body of req into a pooled buffer, whatever its type, when
+// it is at most the resolver's max body and the budget allows, so that a
+// retry of the request can send it again. It reports false when the budget
+// refused it. A body read already is left as it is.
+func (r *Resolver) Hold(req *http.Request) (bool, error) {
+	_, refused, err := captureBody(req, captureRule{max: r.maxBody, pool: r.buffers, anyType: true})
+	return !refused, err
 }
 
 func (res *Result) found(scope []string, id, source string) {

@@ -14,39 +14,39 @@ import (
 var StripFields = []string{"session_id", "litellm_session_id"}
 
 // StripBody removes the top-level StripFields members from the JSON body of
-// r, which is read under the same rules as for resolution (JSON without
-// Content-Encoding, at most max bytes). Every other byte of the body is kept:
+// req, which is read under the same rules as for resolution (JSON without
+// Content-Encoding, at most the max body, within the buffer budget), and
+// edited in place. Every other byte of the body is kept:
 // a removed member goes with exactly one comma next to it, and whitespace
 // stays where it was. r.Body, r.ContentLength and any Content-Length header
-// are replaced to match the new body. A body that is not read (not JSON,
-// encoded, larger than max) or is not a well-formed object passes untouched.
+// are set to match the new body. A body that is not read (not JSON,
+// encoded, larger than the max body, over the budget) or is not a
+// well-formed object passes untouched.
 //
 // It reports whether the body changed. A *BodyError means the body could not
 // be read; the request must then be answered with an error.
-func StripBody(r *http.Request, max int64) (bool, error) {
-	if max <= 0 {
-		max = DefaultMaxBody
-	}
-	body, err := captureBody(r, max)
+func (r *Resolver) StripBody(req *http.Request) (bool, error) {
+	body, _, err := captureBody(req, captureRule{max: r.maxBody, pool: r.buffers})
 	if err != nil || body == nil {
 		return false, err
 	}
-	out, ok := stripMembers(body, StripFields)
+	n, ok := stripMembers(body, StripFields)
 	if !ok {
 		return false, nil
 	}
-	r.Body = newReplayBody(out, out, r.Body.(*replayBody).rest)
-	r.ContentLength = int64(len(out))
-	if r.Header.Get("Content-Length") != "" {
-		r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	req.Body.(*heldBody).resize(n)
+	req.ContentLength = int64(n)
+	if req.Header.Get("Content-Length") != "" {
+		req.Header.Set("Content-Length", strconv.Itoa(n))
 	}
 	return true, nil
 }
 
-// stripMembers returns body without its top-level members named in names.
-// It reports false (and returns nil) when there is nothing to remove or body
-// is not a well-formed JSON object.
-func stripMembers(body []byte, names []string) ([]byte, bool) {
+// stripMembers removes the top-level members named in names from body, in
+// place, and returns the new length. It reports false (and leaves body
+// alone) when there is nothing to remove or body is not a well-formed JSON
+// object.
+func stripMembers(body []byte, names []string) (int, bool) {
 	type member struct {
 		start, end int // the member: from its key's opening quote to the end of its value
 		remove     bool
@@ -65,14 +65,14 @@ func stripMembers(body []byte, names []string) ([]byte, bool) {
 		return true
 	})
 	if !complete || !found {
-		return nil, false
+		return 0, false
 	}
 	// comma[i] is the offset of the comma between members i and i+1.
 	comma := make([]int, len(members)-1)
 	for i := range comma {
 		j := skipSpace(body, members[i].end)
 		if j >= len(body) || body[j] != ',' {
-			return nil, false
+			return 0, false
 		}
 		comma[i] = j
 	}
@@ -103,18 +103,15 @@ func stripMembers(body []byte, names []string) ([]byte, bool) {
 		a = b
 	}
 	slices.SortFunc(cuts, func(x, y [2]int) int { return x[0] - y[0] })
-	removed := 0
+	// Move each kept run left over the cuts: the destination never passes
+	// the source, so the bytes not yet moved are intact.
+	n, at := 0, 0
 	for _, c := range cuts {
-		removed += c[1] - c[0]
-	}
-	out := make([]byte, 0, len(body)-removed)
-	at := 0
-	for _, c := range cuts {
-		out = append(out, body[at:c[0]]...)
+		n += copy(body[n:], body[at:c[0]])
 		at = c[1]
 	}
-	out = append(out, body[at:]...)
-	return out, true
+	n += copy(body[n:], body[at:])
+	return n, true
 }
 
 // matchName reports whether the raw JSON key (escapes left as sent) names
