@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -25,10 +27,13 @@ import (
 // items through the first user turn), and hashes JSON by meaning, not by
 // bytes: whitespace is ignored, object members are combined in an
 // order-independent way, strings are hashed as decoded text, numbers as
-// values. Two things that vary per request without changing the conversation
-// are left out on purpose: "cache_control" markers (clients move them to the
-// newest turn) and Claude Code's x-anthropic-billing-header system line (it
-// may carry a per-request token).
+// values. What varies per request without changing the conversation is left
+// out on purpose: "cache_control" markers (clients move them to the newest
+// turn), Claude Code's x-anthropic-billing-header system line (it may carry
+// a per-request token), context blocks that agents inject into the first
+// user turn (injected.go), and dates in the system part and the first user
+// turn (dates.go). A body with none of these hashes as it did before they
+// were left out, so its id stays the same.
 //
 // Each part is reduced to a 64-bit structural hash (xxhash plus a mixer);
 // the parts, the scope values and the model then go through SHA-256, so the
@@ -79,6 +84,40 @@ const (
 	shapeGemini          // Gemini "contents"
 )
 
+// mode says how the hasher treats a value: most values are hashed as they
+// are; the system part and the first user turn have parts that vary per
+// request, which their modes leave out.
+type mode byte
+
+const (
+	modePlain       mode = iota
+	modeSystem           // a system part: billing header left out, dates masked
+	modeUserTurn         // the first user item: its content or parts are modeUserContent
+	modeUserContent      // that turn's content: injected parts left out
+	modeUserPart         // one part of that content: its text is modeUserText
+	modeUserText         // text of that turn: injected blocks cut, dates masked
+)
+
+// memberMode returns the mode of the value of member key in an object of
+// mode m.
+func memberMode(m mode, key []byte) mode {
+	switch m {
+	case modeSystem:
+		if textIs(key, "content") || textIs(key, "parts") || textIs(key, "text") {
+			return modeSystem
+		}
+	case modeUserTurn:
+		if textIs(key, "content") || textIs(key, "parts") {
+			return modeUserContent
+		}
+	case modeUserContent, modeUserPart:
+		if textIs(key, "text") {
+			return modeUserText
+		}
+	}
+	return modePlain
+}
+
 // role is the speaker of a conversation item, as far as the fingerprint
 // cares.
 type role byte
@@ -117,6 +156,7 @@ func fingerprint(f *fields, path, model string, scope []string) (id string, ok b
 	}
 
 	var h hasher
+	defer h.free()
 	opening, items := h.opening(conv, sh)
 	if items == 0 {
 		// An empty conversation has nothing that tells it apart from any
@@ -127,23 +167,23 @@ func fingerprint(f *fields, path, model string, scope []string) (id string, ok b
 	// system prompt can never stand in for an instructions field and so on.
 	var parts [6]uint64
 	var present byte
-	part := func(slot int, v []byte, system bool) {
+	part := func(slot int, v []byte, m mode) {
 		if v == nil {
 			return
 		}
 		present |= 1 << slot
-		parts[slot] = h.value(v, system)
+		parts[slot] = h.value(v, m)
 	}
 	parts[0], present = opening, 1
-	part(1, f.get("system"), true)
-	part(2, f.get("instructions"), true)
+	part(1, f.get("system"), modeSystem)
+	part(2, f.get("instructions"), modeSystem)
 	gemini := f.get("systemInstruction")
 	if gemini == nil {
 		gemini = f.get("system_instruction")
 	}
-	part(3, gemini, true)
-	part(4, f.get("tools"), false)
-	part(5, f.get("functions"), false)
+	part(3, gemini, modeSystem)
+	part(4, f.get("tools"), modePlain)
+	part(5, f.get("functions"), modePlain)
 	if h.bad {
 		return "", false
 	}
@@ -291,6 +331,46 @@ type hasher struct {
 	digest xxhash.Digest
 	// buf receives decoded text of escaped strings on its way to digest.
 	buf [1024]byte
+	// text holds the decoded text of an escaped string whose text is read
+	// whole (dates, injected blocks); from textPool, given back by free.
+	text *[]byte
+	// injected reports that the last text, part or content hashed in a
+	// user mode was injected context only.
+	injected bool
+}
+
+// textPool recycles the buffers that escaped texts are decoded into.
+var textPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// free gives back the hasher's text buffer.
+func (h *hasher) free() {
+	if h.text != nil {
+		*h.text = (*h.text)[:0]
+		textPool.Put(h.text)
+		h.text = nil
+	}
+}
+
+// decoded returns the decoded text of the raw string content c: c itself
+// when it has no escapes, else a buffer that the next call reuses.
+func (h *hasher) decoded(c []byte, escaped bool) []byte {
+	if !escaped {
+		return c
+	}
+	if h.text == nil {
+		h.text = textPool.Get().(*[]byte)
+	}
+	// Decoded text is never longer than its escaped form.
+	buf := slices.Grow((*h.text)[:0], len(c)+utf8.UTFMax)
+	buf = buf[:cap(buf)]
+	n := 0
+	for len(c) > 0 {
+		k, used := unescapeInto(buf[n:], c)
+		n += k
+		c = c[used:]
+	}
+	*h.text = buf[:0]
+	return buf[:n]
 }
 
 // fail records a malformed value and returns what a parse step returns on
@@ -301,14 +381,18 @@ func (h *hasher) fail(b []byte) (uint64, int) {
 }
 
 // opening hashes the conversation items through the first user turn, at
-// most maxOpeningItems of them, and reports how many it hashed. A Responses
+// most maxOpeningItems of them, and reports how many it hashed. A user item
+// of injected context only that another user item follows is not the first
+// user turn and is left out (Codex sends its instructions and environment
+// that way, and Gemini CLI's model router its session context): the turn is
+// the next one. A Responses
 // string input is hashed as the one-item list [{"role":"user","content":s}]
 // that SDKs replay it as on the next turn.
 func (h *hasher) opening(conv []byte, sh shape) (sum uint64, items int) {
 	acc := combine(tagOpening, tagArray)
 	if conv[0] == '"' {
-		item := combine(combine(tagMember, h.text("role")), h.text("user")) +
-			combine(combine(tagMember, h.text("content")), h.value(conv, false))
+		item := combine(combine(tagMember, h.name("role")), h.name("user")) +
+			combine(combine(tagMember, h.name("content")), h.value(conv, modeUserContent))
 		acc = combine(acc, combine(combine(tagObject, item), 2))
 		return combine(acc, 1), 1
 	}
@@ -321,15 +405,30 @@ func (h *hasher) opening(conv []byte, sh shape) (sum uint64, items int) {
 		// the content, so it is looked up first; the lookup stops at the
 		// role member.
 		r := roleOf(conv[i:])
+		// Gemini defaults a content without a role to the user.
+		user := r == roleUser || (r == roleAbsent && sh == shapeGemini)
+		m := modePlain
+		switch {
+		case user:
+			m = modeUserTurn
+		case r == roleSystem:
+			m = modeSystem
+		}
 		var item uint64
-		item, i = h.valueAt(conv, i, r == roleSystem)
+		h.injected = false
+		at := i
+		item, i = h.valueAt(conv, i, m)
 		if h.bad {
 			return 0, 0
 		}
+		if user && h.injected && h.userFollows(conv, at, sh) {
+			// Context only, and the turn is the next item.
+			i = skipSpace(conv, skipSpace(conv, i)+1)
+			continue
+		}
 		acc = combine(acc, item)
 		items++
-		// Gemini defaults a content without a role to the user.
-		if r == roleUser || (r == roleAbsent && sh == shapeGemini) {
+		if user {
 			break
 		}
 		i = skipSpace(conv, i)
@@ -343,6 +442,19 @@ func (h *hasher) opening(conv []byte, sh shape) (sum uint64, items int) {
 		i = skipSpace(conv, i+1)
 	}
 	return combine(acc, uint64(items)), items
+}
+
+// userFollows reports whether the conversation item after the one at
+// conv[i] is a user item.
+func (h *hasher) userFollows(conv []byte, i int, sh shape) bool {
+	if i = skipValue(conv, i); i < 0 {
+		return false
+	}
+	if i = skipSpace(conv, i); i >= len(conv) || conv[i] != ',' {
+		return false
+	}
+	r := roleOf(conv[skipSpace(conv, i+1):])
+	return r == roleUser || (r == roleAbsent && sh == shapeGemini)
 }
 
 // roleOf returns the role of the conversation item at the start of b: the
@@ -369,8 +481,8 @@ func roleOf(b []byte) role {
 }
 
 // value returns the structural hash of the raw JSON value v (see valueAt).
-func (h *hasher) value(v []byte, system bool) uint64 {
-	sum, end := h.valueAt(v, 0, system)
+func (h *hasher) value(v []byte, m mode) uint64 {
+	sum, end := h.valueAt(v, 0, m)
 	if end != len(v) {
 		h.bad = true
 	}
@@ -382,22 +494,23 @@ func (h *hasher) value(v []byte, system bool) uint64 {
 // same data, whatever the whitespace, member order and string escapes, and
 // ignores every object member named cache_control.
 //
-// With system set, the value is a system part and a Claude Code billing
-// header in it is left out: a leading line of a string, or an array element
-// (a text block or Gemini part) whose "text" starts with
-// "x-anthropic-billing-header:"; for an object (a message, or a Gemini
-// content) this applies to its "content" and "parts" members.
-func (h *hasher) valueAt(b []byte, i int, system bool) (uint64, int) {
+// The mode leaves out what varies per request (see mode): in a system part,
+// a Claude Code billing header (a leading line of a string, or an array
+// element whose "text" starts with "x-anthropic-billing-header:") and dates;
+// in the first user turn, injected context blocks and dates. Modes pass to
+// the "content", "parts" and "text" members of objects and to the elements
+// of arrays (see memberMode).
+func (h *hasher) valueAt(b []byte, i int, m mode) (uint64, int) {
 	if i >= len(b) {
 		return h.fail(b)
 	}
 	switch c := b[i]; {
 	case c == '"':
-		return h.stringAt(b, i, system)
+		return h.stringAt(b, i, m)
 	case c == '{':
-		return h.objectAt(b, i, system)
+		return h.objectAt(b, i, m)
 	case c == '[':
-		return h.arrayAt(b, i, system)
+		return h.arrayAt(b, i, m)
 	case c == 't':
 		return h.literalAt(b, i, "true")
 	case c == 'f':
@@ -430,19 +543,89 @@ func (h *hasher) literalAt(b []byte, i int, lit string) (uint64, int) {
 }
 
 // stringAt hashes the string whose opening quote is at b[i] (see
-// stringHash); with system set, a leading billing-header line is left out.
-func (h *hasher) stringAt(b []byte, i int, system bool) (uint64, int) {
+// stringHash). In a system part a leading billing-header line is left out;
+// in the first user turn, injected blocks at its start and end are; in
+// both, dates are masked.
+func (h *hasher) stringAt(b []byte, i int, m mode) (uint64, int) {
 	c, end, escaped := stringAt(b, i)
 	if end < 0 {
 		return h.fail(b)
 	}
-	if system && hasDecodedPrefix(c, billingHeaderPrefix) {
-		c = afterFirstLine(c)
+	switch m {
+	case modePlain, modeUserTurn:
+	case modeSystem:
+		if hasDecodedPrefix(c, billingHeaderPrefix) {
+			c = afterFirstLine(c)
+			escaped = escaped && bytes.IndexByte(c, '\\') >= 0
+		}
+		if mayHaveDate(c) {
+			return h.textHash(h.decoded(c, escaped)), end
+		}
+	default:
+		tagged := mayBeTagged(c)
+		if tagged || mayHaveDate(c) {
+			text := h.decoded(c, escaped)
+			h.injected = tagged && injectedOnly(text)
+			return h.textHash(cutInjected(text)), end
+		}
 	}
+	// Nothing to leave out: the text as it is, decoded on the fly.
 	if !escaped {
 		return combine(tagString, xxhash.Sum64(c)), end
 	}
 	return h.stringHash(c), end
+}
+
+// mayHaveDate reports whether the raw string content c may hold a date: a
+// year of the 2000s has its digits unescaped in any JSON encoder's output.
+func mayHaveDate(c []byte) bool { return bytes.Contains(c, []byte("20")) }
+
+// mayBeTagged reports whether the raw string content c may start or end
+// with a tag, after white space: with '<' or '>', or their \u escapes.
+func mayBeTagged(c []byte) bool {
+	i := 0
+	for i < len(c) {
+		if c[i] == ' ' {
+			i++
+		} else if c[i] == '\\' && i+1 < len(c) && (c[i+1] == 'n' || c[i+1] == 't' || c[i+1] == 'r') {
+			i += 2
+		} else {
+			break
+		}
+	}
+	if i < len(c) && (c[i] == '<' || (c[i] == '\\' && i+6 <= len(c) && bytes.EqualFold(c[i:i+6], []byte(`\u003c`)))) {
+		return true
+	}
+	j := len(c)
+	for j > 0 {
+		if c[j-1] == ' ' {
+			j--
+		} else if j >= 2 && c[j-2] == '\\' && (c[j-1] == 'n' || c[j-1] == 't' || c[j-1] == 'r') {
+			j -= 2
+		} else {
+			break
+		}
+	}
+	return j > 0 && (c[j-1] == '>' || (j >= 6 && bytes.EqualFold(c[j-6:j], []byte(`\u003e`))))
+}
+
+// textHash returns the hash of decoded text with every date in it replaced
+// by dateMarker; for a text without dates, the hash of the text as it is.
+func (h *hasher) textHash(text []byte) uint64 {
+	start, end := nextDate(text, 0)
+	if start < 0 {
+		return combine(tagString, xxhash.Sum64(text))
+	}
+	h.digest.Reset()
+	at := 0
+	for start >= 0 {
+		h.digest.Write(text[at:start])
+		h.digest.WriteString(dateMarker)
+		at = end
+		start, end = nextDate(text, end)
+	}
+	h.digest.Write(text[at:])
+	return combine(tagString, h.digest.Sum64())
 }
 
 // stringAt returns the raw content of the string whose opening quote is at
@@ -467,7 +650,7 @@ func stringAt(b []byte, i int) (content []byte, end int, escaped bool) {
 // objectAt hashes the object that starts at b[i] independently of member
 // order: member hashes are summed, which commutes, and the count is mixed in
 // so that duplicate members do not cancel out.
-func (h *hasher) objectAt(b []byte, i int, system bool) (uint64, int) {
+func (h *hasher) objectAt(b []byte, i int, m mode) (uint64, int) {
 	if h.depth >= maxHashDepth {
 		return h.fail(b)
 	}
@@ -503,7 +686,7 @@ func (h *hasher) objectAt(b []byte, i int, system bool) (uint64, int) {
 			} else {
 				kh = combine(tagString, xxhash.Sum64(key))
 			}
-			vh, i = h.valueAt(b, i, system && (textIs(key, "content") || textIs(key, "parts")))
+			vh, i = h.valueAt(b, i, memberMode(m, key))
 			if h.bad {
 				return 0, len(b)
 			}
@@ -525,32 +708,48 @@ func (h *hasher) objectAt(b []byte, i int, system bool) (uint64, int) {
 	}
 }
 
-// arrayAt hashes the array that starts at b[i], in order. With system set,
-// billing-header blocks are left out, as if the client had not sent them.
-func (h *hasher) arrayAt(b []byte, i int, system bool) (uint64, int) {
+// arrayAt hashes the array that starts at b[i], in order. Billing-header
+// blocks of a system part are left out, as if the client had not sent them,
+// and so are the injected parts of the first user turn's content when it has
+// other parts: the array is then hashed as if only those were there.
+func (h *hasher) arrayAt(b []byte, i int, m mode) (uint64, int) {
 	if h.depth >= maxHashDepth {
 		return h.fail(b)
 	}
 	h.depth++
 	defer func() { h.depth-- }()
 	acc, n := tagArray, uint64(0)
+	// kept and nKept hash the elements that are not injected parts.
+	kept, nKept := tagArray, uint64(0)
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return combine(acc, 0), i + 1
 	}
+	em := modePlain
+	switch m {
+	case modeSystem:
+		em = modeSystem
+	case modeUserContent:
+		em = modeUserPart
+	}
 	for {
-		if system && isBillingBlock(b[i:]) {
+		if m == modeSystem && isBillingBlock(b[i:]) {
 			if i = skipValue(b, i); i < 0 {
 				return h.fail(b)
 			}
 		} else {
 			var eh uint64
-			eh, i = h.valueAt(b, i, false)
+			h.injected = false
+			eh, i = h.valueAt(b, i, em)
 			if h.bad {
 				return 0, len(b)
 			}
 			acc = combine(acc, eh)
 			n++
+			if !h.injected {
+				kept = combine(kept, eh)
+				nKept++
+			}
 		}
 		i = skipSpace(b, i)
 		if i >= len(b) {
@@ -560,6 +759,14 @@ func (h *hasher) arrayAt(b []byte, i int, system bool) (uint64, int) {
 		case ',':
 			i = skipSpace(b, i+1)
 		case ']':
+			if m != modeUserContent {
+				return combine(acc, n), i + 1
+			}
+			// The content is injected context only when every part is.
+			h.injected = n > 0 && nKept == 0
+			if nKept > 0 && nKept < n {
+				return combine(kept, nKept), i + 1
+			}
 			return combine(acc, n), i + 1
 		default:
 			return h.fail(b)
@@ -604,9 +811,9 @@ func (h *hasher) stringHash(c []byte) uint64 {
 	return combine(tagString, h.digest.Sum64())
 }
 
-// text returns the hash of a Go string, equal to stringHash of a JSON string
+// name returns the hash of a Go string, equal to stringHash of a JSON string
 // with that text.
-func (h *hasher) text(s string) uint64 {
+func (h *hasher) name(s string) uint64 {
 	return combine(tagString, xxhash.Sum64String(s))
 }
 

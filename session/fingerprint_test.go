@@ -781,7 +781,7 @@ func TestUnescapeMatchesEncodingJSON(t *testing.T) {
 			t.Fatalf("unescapeInto(%s) = %q, want %q", raw, got, want)
 		}
 		var h1, h2 hasher
-		if h1.stringHash(content) != h2.text(want) {
+		if h1.stringHash(content) != h2.name(want) {
 			t.Fatalf("stringHash(%s) differs from the hash of its text", raw)
 		}
 	}
