@@ -29,6 +29,8 @@ func TestUnmarshalCaddyfileEveryOption(t *testing.T) {
 		order         body headers
 		scope         {http.auth.user.id} {header.X-Tenant} fixed
 		max_body      4MiB
+		max_buffered  1GiB
+		buffer_bodies on
 		record_ids    raw
 	}`)
 	if err != nil {
@@ -43,6 +45,8 @@ func TestUnmarshalCaddyfileEveryOption(t *testing.T) {
 		Order:        []string{"body", "headers"},
 		Scope:        []string{"{http.auth.user.id}", "{header.X-Tenant}", "fixed"},
 		MaxBody:      4 << 20,
+		MaxBuffered:  1 << 30,
+		BufferBodies: true,
 		RecordIDs:    "raw",
 	}
 	if !reflect.DeepEqual(h, want) {
@@ -98,6 +102,11 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"session_keeping {\nmax_body lots\n}", "max_body"},
 		{"session_keeping {\nmax_body 0\n}", "max_body"},
 		{"session_keeping {\nmax_body 1MB 2MB\n}", "max_body"},
+		{"session_keeping {\nmax_buffered\n}", "max_buffered"},
+		{"session_keeping {\nmax_buffered plenty\n}", "max_buffered"},
+		{"session_keeping {\nmax_buffered 0\n}", "max_buffered"},
+		{"session_keeping {\nmax_buffered 2TiB\n}", "max_buffered"},
+		{"session_keeping {\nbuffer_bodies sometimes\n}", "buffer_bodies"},
 		{"session_keeping {\nrecord_ids plain\n}", "record_ids"},
 		{"session_keeping {\nrecord_ids\n}", "record_ids"},
 	}
@@ -166,6 +175,8 @@ func TestAdaptRoundTrip(t *testing.T) {
 		order body headers
 		scope {header.X-Tenant}
 		max_body 1MB
+		max_buffered 512MiB
+		buffer_bodies on
 		record_ids raw
 	}
 }`)
@@ -187,7 +198,7 @@ func TestAdaptRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("round trip differs:\nadapted %s\nre-marshalled %s", raw, again)
 	}
-	if h.MaxBody != 1000000 || *h.AutoDetect || !*h.BuiltinRules {
+	if h.MaxBody != 1000000 || h.MaxBuffered != 512<<20 || !h.BufferBodies || *h.AutoDetect || !*h.BuiltinRules {
 		t.Fatalf("decoded %+v", h)
 	}
 }
@@ -225,6 +236,7 @@ func TestProvisionErrorsNameTheOption(t *testing.T) {
 		{Handler{BodyFields: []SignalConfig{{Name: ""}}}, "body_field"},
 		{Handler{Order: []string{"everything"}}, "order"},
 		{Handler{MaxBody: -5}, "max_body"},
+		{Handler{MaxBuffered: -1}, "max_buffered"},
 	}
 	for _, tc := range tests {
 		err := tc.h.Provision(caddy.Context{})

@@ -68,6 +68,7 @@ type caddyProcess struct {
 	base  string // http://127.0.0.1:port of the site
 	admin string // http://127.0.0.1:port of the admin endpoint
 	log   string // the file its output goes to
+	pid   int
 }
 
 // startCaddyProcess runs bin with a Caddyfile that has the placeholders
@@ -99,6 +100,7 @@ func startCaddyProcess(t *testing.T, bin, caddyfile string, env ...string) *cadd
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.pid = cmd.Process.Pid
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()

@@ -59,6 +59,9 @@ func parseFlags() (options, error) {
 	flag.IntVar(&ov.Upstreams, "sinks", 4, "overhead: upstream servers behind each Caddy")
 	flag.StringVar(&kinds, "kinds", "", "overhead: comma-separated request kinds (header, body, auto-50k, auto-1m, get); default all")
 	flag.DurationVar(&ov.Profile, "profile", 3*time.Second, "overhead: CPU profile length of config C for the body and auto-detect kinds; 0 for none")
+	flag.IntVar(&ov.Memory.Clients, "memory-clients", 32, "overhead: concurrent large bodies of the memory measurement; 0 for none")
+	flag.IntVar(&ov.Memory.BodySize, "memory-body", 30<<20, "overhead: bytes of each body of the memory measurement")
+	flag.DurationVar(&ov.Memory.Hold, "memory-hold", 300*time.Millisecond, "overhead: memory measurement, how long an upstream waits after reading a body before it answers")
 
 	af := &o.affinity
 	flag.IntVar(&af.Upstreams, "upstreams", 4, "affinity: engines at the start (one more joins at 75%)")

@@ -43,6 +43,7 @@ type overheadConfig struct {
 	Kinds       []string
 	Profile     time.Duration // 0: no profiles
 	Seed        uint64
+	Memory      memoryConfig // Clients 0: no memory measurement
 }
 
 // profiledKinds are the kinds whose CPU profile of C explains the cost:
@@ -77,6 +78,7 @@ type kindResult struct {
 type overheadResult struct {
 	Config overheadConfig
 	Kinds  []kindResult
+	Memory []memoryResult
 }
 
 // runOverhead measures every request kind against every setup, in
@@ -118,6 +120,11 @@ func runOverhead(env *benchEnv, cfg overheadConfig) (*overheadResult, error) {
 		}
 		explainKind(env, g, client, k, cfg, &kr)
 		res.Kinds = append(res.Kinds, kr)
+	}
+	if cfg.Memory.Clients > 0 {
+		if res.Memory, err = runMemory(env, cfg.Memory); err != nil {
+			return nil, err
+		}
 	}
 	return res, nil
 }

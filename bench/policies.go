@@ -46,23 +46,26 @@ func policyNames() []string {
 // upstream (refused, or cut off mid-request when the upstream dies) is
 // retried elsewhere with its buffered body, and the failed upstream is
 // skipped for fail_duration (passive health checks). Durations are scaled
-// down like the rest of the run.
+// down like the rest of the run. The body is buffered by Caddy's
+// request_buffers for the stock policies, and by session_keeping's
+// buffer_bodies where the plugin runs, as its recipe says.
 const failover = `lb_retries 3
 lb_try_duration 5s
 lb_try_interval 20ms
 lb_retry_match {
 	method POST
 }
-request_buffers 4MiB
 fail_duration 3s
 max_fails 1`
 
 // site returns the Caddyfile site body of the policy over upstreams.
 func (p affinityPolicy) site(upstreams []string) string {
 	var b strings.Builder
+	buffers := "\nrequest_buffers 4MiB"
 	if p.keeping {
-		b.WriteString("session_keeping\n")
+		b.WriteString("session_keeping {\n\tbuffer_bodies on\n}\n")
+		buffers = ""
 	}
-	fmt.Fprintf(&b, "reverse_proxy %s {\n%s\n%s\n}", strings.Join(upstreams, " "), indent(p.lb), indent(failover))
+	fmt.Fprintf(&b, "reverse_proxy %s {\n%s\n%s\n}", strings.Join(upstreams, " "), indent(p.lb), indent(failover+buffers))
 	return b.String()
 }

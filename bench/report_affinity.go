@@ -70,6 +70,10 @@ scaled down like the rest):
 
 `+"```caddyfile\n%s\n```"+`
 
+The request body a retry sends again is kept by `+"`request_buffers 4MiB`"+` in
+the stock policies' blocks, and by `+"`session_keeping { buffer_bodies on }`"+`
+where the plugin runs (its recipe: one copy, held until the response starts).
+
 **Run.** Per policy, %s of warm-up (not measured: conversations spread
 out over their lifetimes and caches fill), then %s measured, with these
 events:

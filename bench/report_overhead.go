@@ -101,8 +101,38 @@ processes is the largest in any window of the round):
 	}
 	table(&b, []string{"Kind", "C / A", "B / A", "rounds kept", "other processes (cores)"}, rows)
 
+	r.memory(&b)
 	r.profiles(&b)
 	return b.String()
+}
+
+// memory writes the memory measurement.
+func (r *report) memory(b *strings.Builder) {
+	res := r.overhead
+	if len(res.Memory) == 0 {
+		return
+	}
+	cfg := res.Config.Memory
+	b.WriteString("### Memory under concurrent large bodies\n\n")
+	fmt.Fprintf(b, `A fresh Caddy process per setup gets %d requests at once, each a %.0f MiB
+OpenAI chat body with no session header (so `+"`session_keeping`"+` reads it to
+fingerprint the conversation), in front of 2 upstreams that read the whole
+body and answer %s later, as an engine does before its first token. The
+figure is the process's peak resident memory (VmHWM from
+`+"`/proc/<pid>/status`"+`); the ratio is against stock `+"`reverse_proxy`"+` in the
+same run. `+"`session_keeping`"+` runs with its default budget, `+"`max_buffered 256MiB`"+`.
+
+`, cfg.Clients, float64(cfg.BodySize)/(1<<20), cfg.Hold)
+	rows := [][]string{}
+	for _, m := range res.Memory {
+		failed := "0"
+		if m.Failures > 0 {
+			failed = fmt.Sprintf("**%d**", m.Failures)
+		}
+		rows = append(rows, []string{m.Setup, fmt.Sprintf("%.0f MB", float64(m.PeakRSS)/1e6),
+			ratio(fraction64(float64(m.PeakRSS), float64(res.Memory[0].PeakRSS))), failed})
+	}
+	table(b, []string{"Setup", "Peak RSS", "vs stock", "Requests not answered 200 with the body intact"}, rows)
 }
 
 // profiles writes the CPU profile summaries.
