@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -57,7 +56,7 @@ type memoryResult struct {
 // an engine does before its first token), and reads the process's peak
 // resident memory.
 func runMemory(env *benchEnv, cfg memoryConfig) ([]memoryResult, error) {
-	addrs, stop, err := startHoldingSinks(2, cfg.Hold)
+	addrs, stop, err := startSinks(2, holdingSink(cfg.Hold))
 	if err != nil {
 		return nil, err
 	}
@@ -125,31 +124,14 @@ func sendConcurrently(url string, body []byte, n int) int {
 	return failures
 }
 
-// startHoldingSinks starts n upstreams that read the whole body, wait
-// hold, and answer 200 with the body's length in X-Body-Len.
-func startHoldingSinks(n int, hold time.Duration) (addrs []string, stop func(), err error) {
-	var servers []*http.Server
-	stop = func() {
-		for _, s := range servers {
-			s.Close()
-		}
+// holdingSink reads the whole body, waits hold, and answers 200 with the
+// body's length in X-Body-Len.
+func holdingSink(hold time.Duration) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		time.Sleep(hold)
+		w.Header().Set("X-Body-Len", strconv.FormatInt(n, 10))
 	}
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		s := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n, _ := io.Copy(io.Discard, r.Body)
-			time.Sleep(hold)
-			w.Header().Set("X-Body-Len", strconv.FormatInt(n, 10))
-		})}
-		servers = append(servers, s)
-		go s.Serve(ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs, stop, nil
 }
 
 // peakRSS returns the peak resident set size of process pid (VmHWM).

@@ -92,7 +92,7 @@ func runOverhead(env *benchEnv, cfg overheadConfig) (*overheadResult, error) {
 		}
 	}
 	kinds := selectKinds(all, cfg.Kinds)
-	addrs, stopSinks, err := startSinks(cfg.Upstreams)
+	addrs, stopSinks, err := startSinks(cfg.Upstreams, sink)
 	if err != nil {
 		return nil, err
 	}

@@ -12,10 +12,10 @@ var sinkReply = []byte(`{"id":"chatcmpl-bench","object":"chat.completion","model
 	`"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],` +
 	`"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 
-// startSinks starts n upstreams for the overhead part. Each reads the
-// whole request body and answers at once, so the proxy in front of them
-// is what costs.
-func startSinks(n int) (addrs []string, stop func(), err error) {
+// startSinks starts n upstreams on loopback that serve with handler. The
+// overhead part's read the whole request body and answer at once (sink),
+// so the proxy in front of them is what costs.
+func startSinks(n int, handler http.HandlerFunc) (addrs []string, stop func(), err error) {
 	var servers []*http.Server
 	stop = func() {
 		for _, s := range servers {
@@ -28,7 +28,7 @@ func startSinks(n int) (addrs []string, stop func(), err error) {
 			stop()
 			return nil, nil, err
 		}
-		s := &http.Server{Handler: http.HandlerFunc(sink), ReadHeaderTimeout: 10 * time.Second}
+		s := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		servers = append(servers, s)
 		go s.Serve(ln)
 		addrs = append(addrs, ln.Addr().String())
