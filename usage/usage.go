@@ -1,0 +1,319 @@
+// Package usage reads the token usage that LLM APIs report in their
+// answers, as the answer streams past, without changing or holding it: the
+// prompt tokens of a request and how many of them the upstream found in its
+// prompt cache, and the id of a stored response (OpenAI Responses).
+//
+// It knows the usage objects of OpenAI chat completions
+// (usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens), OpenAI
+// Responses (usage.input_tokens, usage.input_tokens_details.cached_tokens),
+// Anthropic messages (usage.input_tokens, cache_read_input_tokens,
+// cache_creation_input_tokens) and Gemini (usageMetadata.promptTokenCount,
+// cachedContentTokenCount), in JSON answers and in server-sent event
+// streams. vLLM and SGLang answer in the OpenAI forms.
+package usage
+
+import (
+	"bytes"
+	"mime"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Usage is what an answer reported.
+type Usage struct {
+	// Prompt is every prompt token of the request, cached or not.
+	Prompt int64
+	// Cached is the prompt tokens the upstream read from its prompt cache.
+	Cached int64
+	// Found reports that the answer carried a usage object.
+	Found bool
+	// ResponseID is the id of an OpenAI Responses answer ("resp_…"), which
+	// a later request may continue with previous_response_id.
+	ResponseID string
+}
+
+// Outcome says why an answer's usage was or was not read.
+type Outcome byte
+
+const (
+	Read        Outcome = iota // usage found
+	NoUsage                    // a JSON or event-stream answer without a usage object
+	Compressed                 // the answer has a Content-Encoding: not decoded
+	Unsupported                // neither JSON nor an event stream
+)
+
+// String returns the outcome's metric label.
+func (o Outcome) String() string {
+	switch o {
+	case Read:
+		return "read"
+	case NoUsage:
+		return "no_usage"
+	case Compressed:
+		return "compressed"
+	default:
+		return "unsupported"
+	}
+}
+
+// Bounds of what a Reader keeps of one JSON document (the whole answer, or
+// one event's data): its start, where Responses put the id, and its end,
+// where every API puts the usage. A document of up to both together is kept
+// whole.
+const (
+	headSize = 1 << 10
+	tailSize = 16 << 10
+)
+
+// Reader reads the usage of one answer from the bytes written to it. It
+// keeps at most headSize+tailSize bytes of the answer whatever its length.
+// The zero Reader reads nothing; use NewReader.
+type Reader struct {
+	mode  byte // modeOff, modeJSON or modeSSE
+	usage Usage
+	off   Outcome
+
+	// The document being read: its first headSize bytes, then a ring of
+	// its last tailSize bytes.
+	head   [headSize]byte
+	nHead  int
+	tail   [tailSize]byte
+	nTail  int    // bytes written to tail in all; tail[nTail%tailSize] is next
+	doc    []byte // head and tail put together, when the document outgrew head
+	inData bool // SSE: within a data: line (the rest of the line is the document)
+	atLine bool // SSE: at the start of a line
+}
+
+const (
+	modeOff byte = iota
+	modeJSON
+	modeSSE
+)
+
+// NewReader returns a Reader for an answer with these Content-Type and
+// Content-Encoding headers.
+func NewReader(contentType, contentEncoding string) *Reader {
+	r := &Reader{}
+	r.Reset(contentType, contentEncoding)
+	return r
+}
+
+// Reset makes r read a new answer.
+func (r *Reader) Reset(contentType, contentEncoding string) {
+	doc := r.doc[:0]
+	*r = Reader{atLine: true, doc: doc}
+	if contentEncoding != "" && !strings.EqualFold(contentEncoding, "identity") {
+		r.off = Compressed
+		return
+	}
+	mt, _, _ := mime.ParseMediaType(contentType)
+	switch {
+	case mt == "text/event-stream":
+		r.mode = modeSSE
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		r.mode = modeJSON
+	default:
+		r.off = Unsupported
+	}
+}
+
+// Write reads p, a piece of the answer. It never fails.
+func (r *Reader) Write(p []byte) (int, error) {
+	switch r.mode {
+	case modeJSON:
+		r.keep(p)
+	case modeSSE:
+		r.lines(p)
+	}
+	return len(p), nil
+}
+
+// Result returns what the answer reported; call it once the answer is
+// complete. For an event stream, the last usage of the stream counts (each
+// API reports its totals last); Anthropic's counts of one message add up
+// across its events.
+func (r *Reader) Result() (Usage, Outcome) {
+	if r.mode == modeJSON {
+		r.document()
+	}
+	if r.mode == modeOff {
+		return Usage{}, r.off
+	}
+	if !r.usage.Found {
+		return r.usage, NoUsage
+	}
+	return r.usage, Read
+}
+
+// lines splits an event stream into lines and reads the data of data:
+// lines.
+func (r *Reader) lines(p []byte) {
+	for len(p) > 0 {
+		if r.atLine {
+			r.atLine = false
+			r.inData = bytes.HasPrefix(p, []byte("data:")) || (len(p) < 5 && bytes.HasPrefix([]byte("data:"), p))
+			if r.inData {
+				r.nHead, r.nTail = 0, 0
+			}
+		}
+		nl := bytes.IndexByte(p, '\n')
+		line := p
+		if nl >= 0 {
+			line = p[:nl]
+		}
+		if r.inData {
+			r.keep(line)
+		}
+		if nl < 0 {
+			return
+		}
+		if r.inData {
+			r.document()
+		}
+		r.atLine = true
+		p = p[nl+1:]
+	}
+}
+
+// keep adds p to the document being read.
+func (r *Reader) keep(p []byte) {
+	if r.nHead < headSize {
+		n := copy(r.head[r.nHead:], p)
+		r.nHead += n
+		p = p[n:]
+	}
+	if len(p) > tailSize {
+		r.nTail += len(p) - tailSize // only the last tailSize bytes stay
+		p = p[len(p)-tailSize:]
+	}
+	for len(p) > 0 {
+		at := r.nTail % tailSize
+		n := copy(r.tail[at:], p)
+		r.nTail += n
+		p = p[n:]
+	}
+}
+
+// document reads the usage and the response id of the document kept, then
+// starts a new one. Only a document that names a usage object or a
+// Responses id is parsed.
+func (r *Reader) document() {
+	doc := r.kept()
+	r.nHead, r.nTail = 0, 0
+	if r.mode == modeSSE {
+		doc = bytes.TrimSpace(bytes.TrimPrefix(doc, []byte("data:")))
+	}
+	if len(doc) == 0 || doc[0] != '{' {
+		return
+	}
+	if bytes.Contains(doc[:min(len(doc), headSize)], []byte(`"resp_`)) {
+		r.responseID(doc)
+	}
+	if obj, gemini := lastUsage(doc); obj == nil {
+		return
+	} else if gemini {
+		r.gemini(obj)
+	} else {
+		r.openAIOrAnthropic(obj)
+	}
+}
+
+// kept returns the document kept: whole when it fit, else its head and
+// its tail (which may start mid-value: usage is looked for in the tail by
+// its key, the id in the head).
+func (r *Reader) kept() []byte {
+	if r.nTail == 0 {
+		return r.head[:r.nHead]
+	}
+	doc := append(r.doc[:0], r.head[:r.nHead]...)
+	if r.nTail <= tailSize {
+		return append(doc, r.tail[:r.nTail]...)
+	}
+	at := r.nTail % tailSize
+	doc = append(doc, r.tail[at:]...)
+	return append(doc, r.tail[:at]...)
+}
+
+// responseID records the "id" of a Responses answer, or the response.id of
+// a Responses stream event.
+func (r *Reader) responseID(doc []byte) {
+	for _, path := range [...]string{"id", "response.id"} {
+		if id := gjson.GetBytes(doc, path); id.Type == gjson.String && strings.HasPrefix(id.Str, "resp_") && len(id.Str) <= maxResponseID {
+			r.usage.ResponseID = id.Str
+			return
+		}
+	}
+}
+
+// maxResponseID bounds the response ids kept.
+const maxResponseID = 256
+
+// gemini reads a Gemini usageMetadata object.
+func (r *Reader) gemini(obj []byte) {
+	prompt := gjson.GetBytes(obj, "promptTokenCount")
+	if !prompt.Exists() {
+		return
+	}
+	r.usage = Usage{Found: true, ResponseID: r.usage.ResponseID,
+		Prompt: prompt.Int(), Cached: gjson.GetBytes(obj, "cachedContentTokenCount").Int()}
+}
+
+// openAIOrAnthropic reads a usage object of OpenAI chat (prompt_tokens),
+// OpenAI Responses (input_tokens, cached among them) or Anthropic
+// (input_tokens, and the cache reads and writes besides them). An object
+// without prompt counts, such as the output_tokens of Anthropic's
+// message_delta, leaves what was read before.
+func (r *Reader) openAIOrAnthropic(obj []byte) {
+	u := Usage{Found: true, ResponseID: r.usage.ResponseID}
+	if v := gjson.GetBytes(obj, "prompt_tokens"); v.Exists() {
+		u.Prompt = v.Int()
+		u.Cached = gjson.GetBytes(obj, "prompt_tokens_details.cached_tokens").Int()
+	} else if v := gjson.GetBytes(obj, "input_tokens"); v.Exists() {
+		read := gjson.GetBytes(obj, "cache_read_input_tokens").Int()
+		created := gjson.GetBytes(obj, "cache_creation_input_tokens").Int()
+		u.Prompt = v.Int() + read + created
+		u.Cached = gjson.GetBytes(obj, "input_tokens_details.cached_tokens").Int() + read
+	} else {
+		return
+	}
+	r.usage = u
+}
+
+// lastUsage returns doc from the object of its last "usage" or
+// "usageMetadata" member (`"usage": {`), and whether it was usageMetadata;
+// nil when there is none.
+func lastUsage(doc []byte) (obj []byte, gemini bool) {
+	for i := 0; ; {
+		k := bytes.Index(doc[i:], []byte(`"usage`))
+		if k < 0 {
+			return obj, gemini
+		}
+		j := i + k + len(`"usage`)
+		g := bytes.HasPrefix(doc[j:], []byte(`Metadata"`))
+		switch {
+		case g:
+			j += len(`Metadata"`)
+		case j < len(doc) && doc[j] == '"':
+			j++
+		default:
+			i = j
+			continue
+		}
+		if j = skipSpace(doc, j); j < len(doc) && doc[j] == ':' {
+			if j = skipSpace(doc, j+1); j < len(doc) && doc[j] == '{' {
+				obj, gemini = doc[j:], g
+			}
+		}
+		i = j
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
