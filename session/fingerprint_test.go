@@ -987,6 +987,11 @@ func FuzzFingerprint(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"model":"m","input":"hi","tools":[{"a":1e2,"b":-0}]}`), "/v1/responses")
+	// Injected context and dates in the opening.
+	f.Add(encodeJSON(openingBody("m", "Today's date: 2026-12-03", list(
+		textPart("<system-reminder>\nThe current date is: Thursday, December 3, 2026.\n</system-reminder>"),
+		textPart("Hi <b>there</b>\n<environment_details>\nTime: 12/3/2026, 7:30:00 AM\n</environment_details>")), 1), encodeStyle{}), "/v1/chat/completions")
+	f.Add([]byte(`{"contents":[{"role":"user","parts":[{"text":"<session_context>x</session_context>"}]},{"role":"user","parts":[{"text":"Thu Dec 03 2026"}]}]}`), "/v1beta/models/g:generateContent")
 	f.Fuzz(func(t *testing.T, body []byte, path string) {
 		scope := []string{"s"}
 		fl := fields{names: fingerprintFields}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -194,4 +195,38 @@ func TestFingerprintContextItems(t *testing.T) {
 	if alone == firstRun {
 		t.Errorf("a lone context item took the id of the prompt")
 	}
+}
+
+// FuzzTextRules checks that the date and context-block finders stay within
+// the text and agree with each other, whatever the text.
+func FuzzTextRules(f *testing.F) {
+	for _, seed := range []string{
+		"Today's date is Thursday, December 3, 2026 at 2026-12-03T07:24:29Z",
+		"12/3/2026, 7:30:00 AM and 2026/1/2 and Dec. 3rd, 2026",
+		"<system-reminder>\nx\n</system-reminder>\nHello\n<environment_details a=b>y</environment_details>",
+		"<session_context><session_context>x</session_context></session_context>",
+		"20202020-20-20 2020",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		text := []byte(s)
+		for at := 0; ; {
+			start, end := nextDate(text, at)
+			if start < 0 {
+				break
+			}
+			if start < at || end <= start || end > len(text) {
+				t.Fatalf("nextDate(%q, %d) = %d, %d", s, at, start, end)
+			}
+			at = end
+		}
+		cut := cutInjected(text)
+		if len(cut) > len(text) || (len(cut) > 0 && !strings.Contains(s, string(cut))) {
+			t.Fatalf("cutInjected(%q) = %q, not part of the text", s, cut)
+		}
+		if injectedOnly(text) && string(cut) != s {
+			t.Fatalf("%q is injected context only, yet cut to %q", s, cut)
+		}
+	})
 }

@@ -81,8 +81,8 @@ type Reader struct {
 	tail   [tailSize]byte
 	nTail  int    // bytes written to tail in all; tail[nTail%tailSize] is next
 	doc    []byte // head and tail put together, when the document outgrew head
-	inData bool // SSE: within a data: line (the rest of the line is the document)
-	atLine bool // SSE: at the start of a line
+	inData bool   // SSE: within a data: line (the rest of the line is the document)
+	atLine bool   // SSE: at the start of a line
 }
 
 const (
