@@ -72,7 +72,7 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		if err := allow(r, http.MethodGet); err != nil {
 			return err
 		}
-		return writeJSON(w, map[string]any{"upstreams": upstreams.Members()})
+		return a.listUpstreams(w)
 	case path == "ui" || path == "":
 		if err := allow(r, http.MethodGet); err != nil {
 			return err
@@ -83,6 +83,33 @@ func (a Admin) serve(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return apiError(http.StatusNotFound, fmt.Errorf("no such resource: %s", r.URL.Path))
+}
+
+// upstreamView is an upstream of a sticky pool with what its answers
+// reported.
+type upstreamView struct {
+	upstreams.MemberView
+	activity.Tokens
+	ColdSessions int `json:"cold_sessions"`
+}
+
+// listUpstreams answers with every member of every sticky pool and its
+// token totals, and the totals of every upstream that reported usage
+// (with a session_sticky pool or not).
+func (a Admin) listUpstreams(w http.ResponseWriter) error {
+	usage := history.Upstreams()
+	members := upstreams.Members()
+	out := make([]upstreamView, 0, len(members))
+	for _, m := range members {
+		v := upstreamView{MemberView: m}
+		for _, u := range usage {
+			if u.Upstream == m.Dial {
+				v.Tokens, v.ColdSessions = u.Tokens, u.ColdSessions
+			}
+		}
+		out = append(out, v)
+	}
+	return writeJSON(w, map[string]any{"upstreams": out, "usage": usage})
 }
 
 // sessionView is a session as the API shows it.

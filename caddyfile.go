@@ -43,6 +43,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	    key_pool      <name> <key>...
 //	    key_pool_sticky <name> on|off
 //	    strip_client_signals on|off
+//	    read_usage    on|off
 //	    hint_secret   <secret>
 //	}
 //
@@ -62,15 +63,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	for d.NextBlock(0) {
 		opt := d.Val()
 		switch opt {
-		case "auto_detect", "builtin_rules":
+		case "auto_detect", "builtin_rules", "read_usage":
 			on, err := parseOnOff(d)
 			if err != nil {
 				return err
 			}
-			if opt == "auto_detect" {
+			switch opt {
+			case "auto_detect":
 				h.AutoDetect = &on
-			} else {
+			case "builtin_rules":
 				h.BuiltinRules = &on
+			default:
+				h.ReadUsage = &on
 			}
 
 		case "header", "body_field":

@@ -31,6 +31,7 @@ func TestUnmarshalCaddyfileEveryOption(t *testing.T) {
 		max_body      4MiB
 		max_buffered  1GiB
 		buffer_bodies on
+		read_usage    off
 		record_ids    raw
 	}`)
 	if err != nil {
@@ -47,6 +48,7 @@ func TestUnmarshalCaddyfileEveryOption(t *testing.T) {
 		MaxBody:      4 << 20,
 		MaxBuffered:  1 << 30,
 		BufferBodies: true,
+		ReadUsage:    &f,
 		RecordIDs:    "raw",
 	}
 	if !reflect.DeepEqual(h, want) {
@@ -107,6 +109,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"session_keeping {\nmax_buffered 0\n}", "max_buffered"},
 		{"session_keeping {\nmax_buffered 2TiB\n}", "max_buffered"},
 		{"session_keeping {\nbuffer_bodies sometimes\n}", "buffer_bodies"},
+		{"session_keeping {\nread_usage\n}", "read_usage"},
 		{"session_keeping {\nrecord_ids plain\n}", "record_ids"},
 		{"session_keeping {\nrecord_ids\n}", "record_ids"},
 	}

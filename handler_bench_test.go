@@ -2,6 +2,8 @@ package sessionkeeping
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -58,5 +60,42 @@ func BenchmarkHandlerBaseline(b *testing.B) {
 		repl := caddy.NewReplacer()
 		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// BenchmarkHandlerBody measures a request whose session is in the last
+// member of a 50 KiB body (Claude Code's metadata.user_id), with a next
+// handler that reads and closes the body as a transport does, then
+// answers: reading, holding, scanning and releasing the body.
+func BenchmarkHandlerBody(b *testing.B) {
+	h := new(Handler)
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	if err := h.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer h.Cleanup()
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		w.WriteHeader(http.StatusOK)
+		return nil
+	})
+	var body strings.Builder
+	body.WriteString(`{"model":"claude-sonnet-4-5","messages":[`)
+	for i := 0; body.Len() < 50<<10; i++ {
+		fmt.Fprintf(&body, `{"role":"user","content":"turn %d %s"},`, i, strings.Repeat("words and more words ", 100))
+	}
+	body.WriteString(`{"role":"user","content":"last"}],"metadata":{"user_id":"{\"device_id\":\"ab\",\"account_uuid\":\"\",\"session_id\":\"0f5e1f9e-3a51-4a8b-9b3e-6d2f1c0a7b42\"}"}}`)
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest(http.MethodPost, "/v1/messages", strings.NewReader(body.String()))
+		r.Header.Set("Content-Type", "application/json")
+		repl := caddy.NewReplacer()
+		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+		if err := h.ServeHTTP(w, r, next); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

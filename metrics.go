@@ -58,6 +58,24 @@ var (
 		Help: "Bytes of request body buffers held by session_keeping now, out of max_buffered.",
 	}, func() float64 { _, inUse, _, _ := bodyBuffers.Stats(); return float64(inUse) })
 
+	usageAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_session_keeping_usage_answers_total",
+		Help: "Answers by whether their token usage was read: read, no_usage (JSON or an event stream without usage), compressed, unsupported (another content type).",
+	}, []string{"result"})
+
+	promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_session_keeping_prompt_tokens_total",
+		Help: "Prompt tokens that answers reported, by upstream and stickiness decision.",
+	}, []string{"upstream", "decision"})
+
+	cachedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "caddy_session_keeping_cached_prompt_tokens_total",
+		Help: "Prompt tokens that answers reported read from the upstream's prompt cache, by upstream and stickiness decision.",
+	}, []string{"upstream", "decision"})
+
+	coldSessionsDesc = prometheus.NewDesc("caddy_session_keeping_cold_sessions",
+		"Sessions of the request history that are pinned but cold: their last hit requests found no cached prompt tokens at this upstream.", []string{"upstream"}, nil)
+
 	decisionsDesc = prometheus.NewDesc("caddy_session_keeping_decisions_total",
 		"Upstream selections by lb_policy session_sticky, by decision.", []string{"decision"}, nil)
 )
@@ -74,10 +92,22 @@ func (decisionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// coldCollector reports the pinned-but-cold sessions per upstream, counted
+// in the history when scraped.
+type coldCollector struct{}
+
+func (coldCollector) Describe(ch chan<- *prometheus.Desc) { ch <- coldSessionsDesc }
+
+func (coldCollector) Collect(ch chan<- prometheus.Metric) {
+	for upstream, n := range history.ColdSessions() {
+		ch <- prometheus.MustNewConstMetric(coldSessionsDesc, prometheus.GaugeValue, float64(n), upstream)
+	}
+}
+
 // registerMetrics adds the collectors to a config's registry. A second
 // session_keeping handler of the same config finds them registered already.
 func registerMetrics(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{resolutions, invalidIDs, unbufferedBodies, bufferedBytes, livePins, pinEvictions, storeErrors, historyDropped, decisionCollector{}} {
+	for _, c := range []prometheus.Collector{resolutions, invalidIDs, unbufferedBodies, bufferedBytes, usageAnswers, promptTokens, cachedTokens, coldCollector{}, livePins, pinEvictions, storeErrors, historyDropped, decisionCollector{}} {
 		if err := reg.Register(c); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {

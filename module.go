@@ -19,6 +19,7 @@ import (
 
 	"github.com/sessionkeeping/caddy-session-keeping/activity"
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	"github.com/sessionkeeping/caddy-session-keeping/usage"
 )
 
 func init() {
@@ -110,6 +111,14 @@ type Handler struct {
 	// the body is kept. Default: false.
 	StripClientSignals bool `json:"strip_client_signals,omitempty"`
 
+	// Whether the token usage of answers is read as they stream past
+	// (prompt tokens and cached prompt tokens of OpenAI, Anthropic and
+	// Gemini answers), for the metrics, the admin API, the access log and
+	// the sessions page, and whether Responses ids are learned for
+	// previous_response_id. The answer is never changed or delayed.
+	// Default: true.
+	ReadUsage *bool `json:"read_usage,omitempty"`
+
 	// The secret of `{http.session.hash}`, an HMAC of the session key. May
 	// be a global placeholder such as `{env.HINT_SECRET}`, replaced once
 	// when the config is loaded. Default: a random secret per process, not
@@ -120,6 +129,7 @@ type Handler struct {
 	resolver     *session.Resolver
 	logger       *zap.Logger
 	logRaw       bool
+	readUsage    bool
 	pools        map[string]*keyPool
 	hintSecret   []byte
 	stripHeaders []string
@@ -162,6 +172,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.Scope = DefaultScope
 	}
 	h.logRaw = h.RecordIDs == "raw"
+	h.readUsage = h.ReadUsage == nil || *h.ReadUsage
 	if h.pools, err = provisionKeyPools(h.KeyPools); err != nil {
 		return err
 	}
@@ -295,18 +306,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// A body read into a pooled buffer goes back once the response has
 	// started (the writer sees it) or at the latest when this returns.
 	if body := r.Body; session.Held(body) {
-		defer session.Release(body)
+		defer session.Abandon(body)
 		x.writer.body = body
 	}
 	x.writer.ResponseWriter = w
+	x.writer.readUsage = h.readUsage
 
 	repl.Map(x.placeholder)
 	if !x.res.Found {
 		resolvedNone.Inc()
-		if x.writer.body == nil {
+		if x.writer.body == nil && !h.readUsage {
 			return next.ServeHTTP(w, r)
 		}
-		return next.ServeHTTP(&x.writer, r)
+		err = next.ServeHTTP(&x.writer, r)
+		x.account(repl, nil, scope)
+		return err
 	}
 	countResolution(x.res.Source)
 
@@ -334,11 +348,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if s.Balancer != nil {
 		s.Balancer.Done(s, status)
 	}
-	if extra != nil && s.Decision != "" {
-		extra.Add(zap.String("session_decision", s.Decision))
-		extra.Add(zap.String("session_upstream", s.Upstream))
+	tokens := x.account(repl, s, scope)
+	if extra != nil {
+		if s.Decision != "" {
+			extra.Add(zap.String("session_decision", s.Decision))
+			extra.Add(zap.String("session_upstream", s.Upstream))
+		}
+		if tokens.Found {
+			extra.Add(zap.Int64("session_prompt_tokens", tokens.Prompt))
+			extra.Add(zap.Int64("session_cached_tokens", tokens.Cached))
+		}
 	}
-	h.record(r, repl, s, status, start)
+	h.record(r, repl, s, status, start, tokens)
 	return err
 }
 
@@ -392,7 +413,7 @@ func countResolution(source string) {
 }
 
 // record adds the finished request to the admin API's history.
-func (h *Handler) record(r *http.Request, repl *caddy.Replacer, s *session.Session, status int, start time.Time) {
+func (h *Handler) record(r *http.Request, repl *caddy.Replacer, s *session.Session, status int, start time.Time, tokens usage.Usage) {
 	retries, _ := repl.Get("http.reverse_proxy.retries")
 	n, _ := retries.(int)
 	decision := s.Decision
@@ -407,6 +428,7 @@ func (h *Handler) record(r *http.Request, repl *caddy.Replacer, s *session.Sessi
 		Time: start, Method: r.Method, Path: r.URL.Path, Model: s.Model,
 		Upstream: s.Upstream, Status: status, Duration: time.Since(start),
 		Decision: decision, Retries: n,
+		PromptTokens: tokens.Prompt, CachedTokens: tokens.Cached, UsageRead: tokens.Found,
 	})
 }
 

@@ -3,10 +3,12 @@ package sessionkeeping
 import (
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	"github.com/sessionkeeping/caddy-session-keeping/usage"
 )
 
 // outcomeWriter records the final status of a response so the selection
@@ -17,9 +19,14 @@ import (
 // event.
 type outcomeWriter struct {
 	caddyhttp.ResponseWriterWrapper
-	status int           // 0 until a final (non-1xx) status is written
-	body   io.ReadCloser // a held request body, released at the first final status
+	status    int           // 0 until a final (non-1xx) status is written
+	body      io.ReadCloser // a held request body, released at the first final status
+	readUsage bool          // read the answer's usage
+	usage     *usage.Reader // reads it, from the first final status on; from readers
 }
+
+// readers recycles usage readers, which keep up to 17 KiB of an answer.
+var readers = sync.Pool{New: func() any { return new(usage.Reader) }}
 
 // started records the final status of the response.
 func (w *outcomeWriter) started(code int) {
@@ -28,6 +35,22 @@ func (w *outcomeWriter) started(code int) {
 		session.Release(w.body)
 		w.body = nil
 	}
+	if w.readUsage {
+		h := w.Header()
+		w.usage = readers.Get().(*usage.Reader)
+		w.usage.Reset(h.Get("Content-Type"), h.Get("Content-Encoding"))
+	}
+}
+
+// finish returns what the answer reported, and gives the reader back.
+func (w *outcomeWriter) finish() (usage.Usage, usage.Outcome, bool) {
+	if w.usage == nil {
+		return usage.Usage{}, 0, false
+	}
+	u, outcome := w.usage.Result()
+	readers.Put(w.usage)
+	w.usage = nil
+	return u, outcome, true
 }
 
 func (w *outcomeWriter) WriteHeader(code int) {
@@ -37,19 +60,31 @@ func (w *outcomeWriter) WriteHeader(code int) {
 	w.ResponseWriterWrapper.WriteHeader(code)
 }
 
+// Write passes b on, then reads the usage from what was written: the
+// client gets every byte before the reader looks at it.
 func (w *outcomeWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.started(http.StatusOK)
 	}
-	return w.ResponseWriterWrapper.Write(b)
+	n, err := w.ResponseWriterWrapper.Write(b)
+	if w.usage != nil {
+		w.usage.Write(b[:n])
+	}
+	return n, err
 }
 
 func (w *outcomeWriter) ReadFrom(r io.Reader) (int64, error) {
 	if w.status == 0 {
 		w.started(http.StatusOK)
 	}
+	if w.usage != nil {
+		return io.Copy(writerOnly{w}, r) // through Write, which reads the usage
+	}
 	return w.ResponseWriterWrapper.ReadFrom(r)
 }
+
+// writerOnly hides every method of a writer but Write.
+type writerOnly struct{ io.Writer }
 
 // Interface guards
 var (

@@ -43,6 +43,11 @@ type Request struct {
 	Duration time.Duration `json:"duration_ns"`
 	Decision string        `json:"decision"`
 	Retries  int           `json:"retries"`
+	// The usage the answer reported, when UsageRead: every prompt token,
+	// and those the upstream read from its prompt cache.
+	PromptTokens int64 `json:"prompt_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+	UsageRead    bool  `json:"usage_read"`
 }
 
 // Summary describes one session.
@@ -55,6 +60,11 @@ type Summary struct {
 	Requests     int       `json:"requests"`
 	LastDecision string    `json:"last_decision"`
 	LastUpstream string    `json:"last_upstream,omitempty"`
+	Tokens
+	// Cold reports a session pinned but cold: its last hit requests at
+	// ColdUpstream reported no cached tokens (see coldAfter).
+	Cold         bool   `json:"cold"`
+	ColdUpstream string `json:"cold_upstream,omitempty"`
 }
 
 // Log is the history. Its mutex guards every field and every record; the
@@ -68,6 +78,7 @@ type Log struct {
 	oldest      *record
 	requests    int    // requests held in all records
 	dropped     uint64 // requests dropped to keep the bounds
+	upstreams   map[string]*Tokens
 }
 
 // record is one session's entry: a summary and a ring of its latest
@@ -78,6 +89,7 @@ type record struct {
 	ring         []Request // grows to PerSession, then wraps
 	next         int       // ring position of the next write once full
 	newer, older *record
+	coldStreak   int // hit requests in a row that found the cache cold
 }
 
 // New returns a log with the given bounds (defaults where ≤ 0).
@@ -88,7 +100,7 @@ func New(maxSessions, maxRequests int) *Log {
 	if maxRequests <= 0 {
 		maxRequests = DefaultMaxRequests
 	}
-	return &Log{maxSessions: maxSessions, maxRequests: maxRequests, records: make(map[session.Key]*record)}
+	return &Log{maxSessions: maxSessions, maxRequests: maxRequests, records: make(map[session.Key]*record), upstreams: make(map[string]*Tokens)}
 }
 
 // Record adds a request to the session s; id is stored only when not empty.
@@ -115,6 +127,10 @@ func (l *Log) Record(s *session.Session, id string, req Request) {
 	r.summary.Requests++
 	r.summary.LastDecision = req.Decision
 	r.summary.LastUpstream = req.Upstream
+	if req.UsageRead {
+		r.summary.Tokens.add(req.PromptTokens, req.CachedTokens)
+		r.watchCold(&req)
+	}
 	if len(r.ring) < PerSession {
 		r.ring = append(r.ring, req)
 		l.requests++

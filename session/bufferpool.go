@@ -81,11 +81,7 @@ func (p *BufferPool) Get(n int64) []byte {
 	if p == nil {
 		return make([]byte, n, size)
 	}
-	now := time.Now()
 	p.mu.Lock()
-	if now.Sub(p.lastSweep) > idleTTL/4 {
-		p.sweep(now)
-	}
 	if p.inUse+size > p.budget {
 		p.mu.Unlock()
 		p.refused.Add(1)
@@ -118,11 +114,27 @@ func (p *BufferPool) Put(b []byte) {
 	}
 	now := time.Now()
 	p.mu.Lock()
+	if now.Sub(p.lastSweep) > idleTTL/4 {
+		p.sweep(now)
+	}
 	p.inUse -= size
 	if p.inUse+p.idle+size <= p.budget {
 		p.free[class] = append(p.free[class], idleBuffer{buf: b[:0], since: now})
 		p.idle += size
 	}
+	p.mu.Unlock()
+}
+
+// Forget takes a buffer that Get handed out off the budget without
+// taking it back: whoever still holds it may read it, and the garbage
+// collector has it once nobody does.
+func (p *BufferPool) Forget(b []byte) {
+	if p == nil {
+		return
+	}
+	_, size := sizeClass(int64(cap(b)))
+	p.mu.Lock()
+	p.inUse -= size
 	p.mu.Unlock()
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 )
@@ -157,15 +156,15 @@ func mayBeJSON(h http.Header) bool {
 //
 // The buffer goes back to the pool as soon as nobody needs it: a prefix once
 // it has been served; a whole body once the handler let go of it (the
-// response has started, so no retry can follow, or the handler returned)
-// and no reader is in the middle of it. A transport may still be sending the
-// body after the response has begun; then the buffer waits for that reader
-// to reach the end or close. Should a reader never finish, the buffer goes
-// back when the body becomes unreachable.
+// response has started, so no retry can follow) and no reader is in the
+// middle of it. A transport may still be sending the body after the
+// response has begun; then the buffer waits for that reader to reach the
+// end or close. Should a reader still be in the middle of it when the
+// handler returns, the buffer leaves the budget but is not reused: the
+// garbage collector takes it once that reader is done with it.
 type heldBody struct {
-	pool    *BufferPool
-	rest    io.ReadCloser   // the original body, drained when whole
-	cleanup runtime.Cleanup // returns buf when the body becomes unreachable
+	pool *BufferPool
+	rest io.ReadCloser // the original body, drained when whole
 
 	mu     sync.Mutex // guards everything below, and buf's bytes while held
 	buf    []byte     // the bytes read; nil once back in the pool
@@ -178,11 +177,7 @@ type heldBody struct {
 // holdBody returns the heldBody of buf, which came from pool; rest is the
 // original body.
 func holdBody(buf []byte, whole bool, rest io.ReadCloser, pool *BufferPool) *heldBody {
-	b := &heldBody{pool: pool, rest: rest, buf: buf, whole: whole}
-	if pool != nil {
-		b.cleanup = runtime.AddCleanup(b, pool.Put, buf)
-	}
-	return b
+	return &heldBody{pool: pool, rest: rest, buf: buf, whole: whole}
 }
 
 func (b *heldBody) Read(p []byte) (int, error) {
@@ -230,8 +225,8 @@ func (b *heldBody) Close() error {
 }
 
 // release tells the body that the handler needs its bytes no more: the
-// response has started or the handler returned. The buffer goes back to the
-// pool now, or when the reader in the middle of it finishes.
+// response has started. The buffer goes back to the pool now, or when the
+// reader in the middle of it finishes.
 func (b *heldBody) release() {
 	b.mu.Lock()
 	b.letGo = true
@@ -241,15 +236,26 @@ func (b *heldBody) release() {
 	b.mu.Unlock()
 }
 
+// abandon is release for the handler's return: a buffer that a reader is
+// still in the middle of leaves the budget and is not reused.
+func (b *heldBody) abandon() {
+	b.mu.Lock()
+	b.letGo = true
+	if b.off == 0 || b.off == len(b.buf) || b.closed {
+		b.releaseLocked()
+	} else if b.buf != nil {
+		b.pool.Forget(b.buf)
+		b.pool = nil // the reader keeps the bytes; nobody returns them
+	}
+	b.mu.Unlock()
+}
+
 // releaseLocked returns the buffer to the pool. b.mu is held.
 func (b *heldBody) releaseLocked() {
 	if b.buf == nil {
 		return
 	}
-	if b.pool != nil {
-		b.cleanup.Stop()
-		b.pool.Put(b.buf)
-	}
+	b.pool.Put(b.buf)
 	b.buf = nil
 }
 
@@ -273,11 +279,20 @@ func (b *heldBody) resize(n int) {
 }
 
 // Release lets go of a request body that session resolution (or Hold) read
-// into a pooled buffer: call it once the response has started, and when the
-// handler returns. Bodies of any other kind are left alone.
+// into a pooled buffer, once the response has started. Bodies of any other
+// kind are left alone.
 func Release(body io.ReadCloser) {
 	if b, ok := body.(*heldBody); ok {
 		b.release()
+	}
+}
+
+// Abandon lets go of such a body when the handler returns, whether or not
+// the response started: afterwards its buffer is either back in the pool or
+// off the budget for good.
+func Abandon(body io.ReadCloser) {
+	if b, ok := body.(*heldBody); ok {
+		b.abandon()
 	}
 }
 

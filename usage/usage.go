@@ -14,7 +14,6 @@ package usage
 
 import (
 	"bytes"
-	"mime"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -107,11 +106,12 @@ func (r *Reader) Reset(contentType, contentEncoding string) {
 		r.off = Compressed
 		return
 	}
-	mt, _, _ := mime.ParseMediaType(contentType)
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(mt)
 	switch {
-	case mt == "text/event-stream":
+	case strings.EqualFold(mt, "text/event-stream"):
 		r.mode = modeSSE
-	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+	case strings.EqualFold(mt, "application/json") || (len(mt) > 5 && strings.EqualFold(mt[len(mt)-5:], "+json")):
 		r.mode = modeJSON
 	default:
 		r.off = Unsupported
