@@ -7,16 +7,22 @@ import (
 
 	"github.com/sessionkeeping/caddy-session-keeping/activity"
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	"github.com/sessionkeeping/caddy-session-keeping/upstreams"
 	"github.com/sessionkeeping/caddy-session-keeping/usage"
 )
 
 // account reads what the answer reported and counts it: in the metrics by
-// upstream and decision, and in the history's totals per upstream. s is
-// the request's session, nil without one. It returns the usage read.
+// upstream and decision, and in the history's totals per upstream; and it
+// links a stored response (OpenAI Responses) to the session that made it.
+// s is the request's session, nil without one. It returns the usage read.
 func (x *exchange) account(repl *caddy.Replacer, s *session.Session, scope []string) usage.Usage {
 	u, outcome, read := x.writer.finish()
 	if !read {
 		return usage.Usage{}
+	}
+	if u.ResponseID != "" && s != nil && !x.writer.linked {
+		// A later request may continue this response with only its id.
+		upstreams.LinkResponse(session.NewKey(scope, u.ResponseID), s.Key)
 	}
 	usageAnswers.WithLabelValues(outcome.String()).Inc()
 	if outcome != usage.Read {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sessionkeeping/caddy-session-keeping/activity"
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	"github.com/sessionkeeping/caddy-session-keeping/upstreams"
 	"github.com/sessionkeeping/caddy-session-keeping/usage"
 )
 
@@ -164,6 +165,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	cfg.Buffers = bodyBuffers
+	if h.ReadUsage == nil || *h.ReadUsage {
+		// Links are learned from the answers' ids, which need reading.
+		cfg.Linked = upstreams.LinkedSession
+	}
 	h.resolver, err = session.NewResolver(cfg)
 	if err != nil {
 		return err
@@ -325,6 +330,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	countResolution(x.res.Source)
 
 	s := &x.res.Session
+	x.writer.session, x.writer.scope = s, scope
 	r = r.WithContext(session.NewContext(r.Context(), s))
 	extra := accessLogFields(r)
 	if extra != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
+	"github.com/sessionkeeping/caddy-session-keeping/upstreams"
 	"github.com/sessionkeeping/caddy-session-keeping/usage"
 )
 
@@ -23,6 +24,12 @@ type outcomeWriter struct {
 	body      io.ReadCloser // a held request body, released at the first final status
 	readUsage bool          // read the answer's usage
 	usage     *usage.Reader // reads it, from the first final status on; from readers
+
+	// The request's session and scope, to link a Responses answer to the
+	// session as soon as its id goes past; linked once that is done.
+	session *session.Session
+	scope   []string
+	linked  bool
 }
 
 // readers recycles usage readers, which keep up to 17 KiB of an answer.
@@ -60,17 +67,24 @@ func (w *outcomeWriter) WriteHeader(code int) {
 	w.ResponseWriterWrapper.WriteHeader(code)
 }
 
-// Write passes b on, then reads the usage from what was written: the
-// client gets every byte before the reader looks at it.
+// Write reads the usage from b, then passes b on. Reading takes well under
+// a microsecond per event; it comes first so that a Responses answer is
+// linked to its session before the client has all of it and can send the
+// request that continues it.
 func (w *outcomeWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.started(http.StatusOK)
 	}
-	n, err := w.ResponseWriterWrapper.Write(b)
 	if w.usage != nil {
-		w.usage.Write(b[:n])
+		w.usage.Write(b)
+		if !w.linked && w.session != nil {
+			if id := w.usage.ResponseID(); id != "" {
+				w.linked = true
+				upstreams.LinkResponse(session.NewKey(w.scope, id), w.session.Key)
+			}
+		}
 	}
-	return n, err
+	return w.ResponseWriterWrapper.Write(b)
 }
 
 func (w *outcomeWriter) ReadFrom(r io.Reader) (int64, error) {

@@ -98,7 +98,7 @@ func TestUsageThroughCaddy(t *testing.T) {
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
 	addr := strings.TrimPrefix(up.URL, "http://")
-	g := startGatewayWith(t, gwOptions{admin: true}, fmt.Sprintf(`reverse_proxy %s {
+	g := startGatewayWith(t, gwOptions{admin: true, errorLog: true}, fmt.Sprintf(`reverse_proxy %s {
 		lb_policy session_sticky
 		flush_interval -1
 	}`, addr))
@@ -138,6 +138,7 @@ func TestUsageThroughCaddy(t *testing.T) {
 					}
 				}
 				if err := sc.Err(); err != nil {
+					g.checkErrorLog()
 					t.Fatalf("%s: reading the answer after %d events: %v", path, len(reads), err)
 				}
 				resp.Body.Close()

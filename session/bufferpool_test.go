@@ -198,3 +198,22 @@ func TestBudgetRefusalStreamsUntouched(t *testing.T) {
 		t.Fatalf("the body changed: %q", got)
 	}
 }
+
+func TestHeldBodyEndAfterRelease(t *testing.T) {
+	// The transport read every byte, and the answer came before its read
+	// of the end: that read still gets io.EOF, not an error that would
+	// make the transport drop the upstream connection mid-answer.
+	body := []byte(`{"model":"m"}`)
+	req, pool := heldRequest(t, body)
+	got := make([]byte, 64)
+	if n, err := req.Body.Read(got); n != len(body) || err != nil {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	Release(req.Body)
+	if n := inUse(pool); n != 0 {
+		t.Fatalf("%d bytes held after the release", n)
+	}
+	if n, err := req.Body.Read(got); n != 0 || err != io.EOF {
+		t.Fatalf("the read of the end after the release: %d, %v", n, err)
+	}
+}

@@ -168,7 +168,8 @@ type heldBody struct {
 
 	mu     sync.Mutex // guards everything below, and buf's bytes while held
 	buf    []byte     // the bytes read; nil once back in the pool
-	whole  bool       // buf is the entire body
+	size   int        // how many bytes were read: len(buf) while held
+	whole  bool       // those bytes are the entire body
 	off    int        // bytes of buf served to the current reader
 	closed bool       // Close came after the last read: the next read is a new reader
 	letGo  bool       // the handler needs the bytes no more
@@ -177,7 +178,7 @@ type heldBody struct {
 // holdBody returns the heldBody of buf, which came from pool; rest is the
 // original body.
 func holdBody(buf []byte, whole bool, rest io.ReadCloser, pool *BufferPool) *heldBody {
-	return &heldBody{pool: pool, rest: rest, buf: buf, whole: whole}
+	return &heldBody{pool: pool, rest: rest, buf: buf, size: len(buf), whole: whole}
 }
 
 func (b *heldBody) Read(p []byte) (int, error) {
@@ -188,19 +189,23 @@ func (b *heldBody) Read(p []byte) (int, error) {
 			b.off = 0 // a new reader: a retry gets the body from the start
 		}
 	}
-	if b.buf == nil && (b.whole || b.off == 0) {
-		b.mu.Unlock()
-		return 0, errReleased
-	}
-	if b.buf != nil && b.off < len(b.buf) {
-		n := copy(p, b.buf[b.off:])
+	if b.off < b.size {
+		if b.buf == nil {
+			// Released while this reader had bytes to come: it must not
+			// read a buffer that may hold another request's body now.
+			b.mu.Unlock()
+			return 0, errReleased
+		}
+		n := copy(p, b.buf[b.off:b.size])
 		b.off += n
-		if b.off == len(b.buf) && !b.whole {
+		if b.off == b.size && (!b.whole || b.letGo) {
 			b.releaseLocked() // a prefix is served once
 		}
 		b.mu.Unlock()
 		return n, nil
 	}
+	// Past the held bytes: the end of a whole body (also after its buffer
+	// went back), or the rest of a prefix.
 	whole := b.whole
 	if whole && b.letGo {
 		b.releaseLocked()
@@ -230,7 +235,7 @@ func (b *heldBody) Close() error {
 func (b *heldBody) release() {
 	b.mu.Lock()
 	b.letGo = true
-	if b.off == 0 || b.off == len(b.buf) || b.closed {
+	if b.off == 0 || b.off == b.size || b.closed {
 		b.releaseLocked()
 	}
 	b.mu.Unlock()
@@ -241,7 +246,7 @@ func (b *heldBody) release() {
 func (b *heldBody) abandon() {
 	b.mu.Lock()
 	b.letGo = true
-	if b.off == 0 || b.off == len(b.buf) || b.closed {
+	if b.off == 0 || b.off == b.size || b.closed {
 		b.releaseLocked()
 	} else if b.buf != nil {
 		b.pool.Forget(b.buf)
@@ -274,7 +279,7 @@ func (b *heldBody) unread() []byte {
 // edited in place (stripping).
 func (b *heldBody) resize(n int) {
 	b.mu.Lock()
-	b.buf = b.buf[:n]
+	b.buf, b.size = b.buf[:n], n
 	b.mu.Unlock()
 }
 

@@ -27,6 +27,11 @@ type Config struct {
 	// Buffers is where bodies are read into, within its budget; nil
 	// allocates a buffer per body, with no budget.
 	Buffers *BufferPool
+	// Linked returns the session that produced a stored response, by the
+	// key of (scope, response id). With BuiltinRules, a body whose
+	// previous_response_id is linked joins that session, after the other
+	// body signals. Nil: no links.
+	Linked func(response Key) (Key, bool)
 }
 
 // Resolver finds the session of a request. It is immutable after NewResolver
@@ -38,6 +43,7 @@ type Resolver struct {
 	auto    bool
 	maxBody int64
 	buffers *BufferPool
+	linked  func(Key) (Key, bool)
 	// skimNames are the top-level body members one skim collects: the first
 	// path component of every plain body signal, plus what the fingerprint
 	// and the model need.
@@ -63,6 +69,9 @@ type bodySignal struct {
 // NewResolver checks c and builds a Resolver from it.
 func NewResolver(c Config) (*Resolver, error) {
 	r := &Resolver{auto: c.AutoDetect, maxBody: c.MaxBody, buffers: c.Buffers}
+	if c.BuiltinRules {
+		r.linked = c.Linked
+	}
 	if r.maxBody == 0 {
 		r.maxBody = DefaultMaxBody
 	}
@@ -82,6 +91,9 @@ func NewResolver(c Config) (*Resolver, error) {
 		r.headers = append(r.headers, headerSignal{name: s.Name, transform: s.Transform, source: s.Source()})
 	}
 	r.skimNames = append(r.skimNames, "model")
+	if r.linked != nil {
+		r.skimNames = append(r.skimNames, previousResponseField)
+	}
 	if r.auto {
 		r.skimNames = appendUnique(r.skimNames, fingerprintFields...)
 	}
@@ -206,7 +218,7 @@ func (r *Resolver) Resolve(req *http.Request, scope []string) (Result, error) {
 				continue
 			}
 			if kind == KindBody {
-				if r.fromBody(&res, &f, scope) {
+				if r.fromBody(&res, &f, scope) || r.fromLink(&res, &f, scope) {
 					return res, nil
 				}
 				continue
@@ -234,6 +246,33 @@ func (res *Result) found(scope []string, id, source string) {
 	res.ID = id
 	res.Key = NewKey(scope, id)
 	res.Source = source
+}
+
+// previousResponseField is the body member that names the stored response
+// a Responses request continues.
+const previousResponseField = "previous_response_id"
+
+// fromLink joins the session of the stored response that the body's
+// previous_response_id names, when that response is linked to one. The
+// session's id is then the response id; its key is the linked session's.
+func (r *Resolver) fromLink(res *Result, f *fields, scope []string) bool {
+	if r.linked == nil {
+		return false
+	}
+	raw := f.get(previousResponseField)
+	if len(raw) == 0 || raw[0] != '"' {
+		return false
+	}
+	id, ok := apply(TransformNone, gjson.ParseBytes(raw).Str)
+	if !ok {
+		return false
+	}
+	sess, ok := r.linked(NewKey(scope, id))
+	if !ok {
+		return false
+	}
+	res.Found, res.ID, res.Key, res.Source = true, id, sess, "body:"+previousResponseField
+	return true
 }
 
 // fromBody tries the body signals in order against the skimmed members.

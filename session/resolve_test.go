@@ -360,3 +360,32 @@ func TestParseKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPreviousResponseLink(t *testing.T) {
+	conversation := NewKey([]string{"tenant"}, "auto-1")
+	links := map[Key]Key{NewKey([]string{"tenant"}, "resp_1"): conversation}
+	c := defaultConfig
+	c.Linked = func(k Key) (Key, bool) { s, ok := links[k]; return s, ok }
+	r := newResolver(t, c)
+	body := `{"model":"m","previous_response_id":"resp_1","input":[{"role":"user","content":"next"}]}`
+
+	res := resolve(t, r, post("/v1/responses", body), "tenant")
+	if !res.Found || res.Key != conversation || res.Source != "body:previous_response_id" || res.ID != "resp_1" {
+		t.Fatalf("linked response: %+v", res)
+	}
+	// Another tenant's id, an unknown id, or an explicit signal: no link.
+	if res := resolve(t, r, post("/v1/responses", body), "other"); res.Source != "auto" {
+		t.Fatalf("another tenant joined the session: %+v", res)
+	}
+	if res := resolve(t, r, post("/v1/responses", strings.Replace(body, "resp_1", "resp_2", 1)), "tenant"); res.Source != "auto" {
+		t.Fatalf("an unknown response: %+v", res)
+	}
+	if res := resolve(t, r, post("/v1/responses", body, "X-Session-Id", "s"), "tenant"); res.Source != "header:X-Session-Id" {
+		t.Fatalf("a header lost to the link: %+v", res)
+	}
+	// Without the built-in rules there are no links.
+	c.BuiltinRules = false
+	if res := resolve(t, newResolver(t, c), post("/v1/responses", body), "tenant"); res.Source != "auto" {
+		t.Fatalf("builtin_rules off: %+v", res)
+	}
+}

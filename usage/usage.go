@@ -122,12 +122,22 @@ func (r *Reader) Reset(contentType, contentEncoding string) {
 func (r *Reader) Write(p []byte) (int, error) {
 	switch r.mode {
 	case modeJSON:
+		headBefore := r.nHead
 		r.keep(p)
+		// A Responses answer starts with its id: know it before the
+		// answer is complete.
+		if r.usage.ResponseID == "" && headBefore < headSize && bytes.Contains(r.head[:r.nHead], []byte(`"resp_`)) {
+			r.responseID(r.head[:r.nHead])
+		}
 	case modeSSE:
 		r.lines(p)
 	}
 	return len(p), nil
 }
+
+// ResponseID returns the id of a Responses answer as soon as it has gone
+// past: at the start of a JSON answer, in the first event of a stream.
+func (r *Reader) ResponseID() string { return r.usage.ResponseID }
 
 // Result returns what the answer reported; call it once the answer is
 // complete. For an event stream, the last usage of the stream counts (each
