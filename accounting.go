@@ -2,8 +2,10 @@ package sessionkeeping
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sessionkeeping/caddy-session-keeping/activity"
 	"github.com/sessionkeeping/caddy-session-keeping/session"
@@ -13,8 +15,9 @@ import (
 
 // account reads what the answer reported and counts it: in the metrics by
 // upstream and decision, and in the history's totals per upstream; and it
-// links a stored response (OpenAI Responses) to the session that made it.
-// s is the request's session, nil without one. It returns the usage read.
+// links a stored response (OpenAI Responses) to the session that made it,
+// when the writer has not done so already. s is the request's session, nil
+// without one. It returns the usage read.
 func (x *exchange) account(repl *caddy.Replacer, s *session.Session, scope []string) usage.Usage {
 	u, outcome, read := x.writer.finish()
 	if !read {
@@ -24,7 +27,7 @@ func (x *exchange) account(repl *caddy.Replacer, s *session.Session, scope []str
 		// A later request may continue this response with only its id.
 		upstreams.LinkResponse(session.NewKey(scope, u.ResponseID), s.Key)
 	}
-	usageAnswers.WithLabelValues(outcome.String()).Inc()
+	usageOutcomes[outcome].Inc()
 	if outcome != usage.Read {
 		return u
 	}
@@ -33,39 +36,86 @@ func (x *exchange) account(repl *caddy.Replacer, s *session.Session, scope []str
 		decision = s.Decision
 	}
 	hostport, _ := repl.GetString("http.reverse_proxy.upstream.hostport")
-	upstream := upstreamLabel(hostport)
-	promptTokens.WithLabelValues(upstream, decision).Add(float64(u.Prompt))
-	cachedTokens.WithLabelValues(upstream, decision).Add(float64(u.Cached))
-	history.Account(upstream, u.Prompt, u.Cached)
+	c := tokenCountersOf(hostport, decision)
+	c.prompt.Add(float64(u.Prompt))
+	c.cached.Add(float64(u.Cached))
+	history.Account(c.upstream, u.Prompt, u.Cached)
 	return u
 }
 
-// upstreamLabels holds the upstream label values in use, at most
-// maxUpstreamLabels of them, so that dynamic upstreams cannot grow the
-// metrics without bound; further upstreams count as "other".
-var upstreamLabels struct {
-	mu  sync.Mutex
-	set map[string]string
+// usageOutcomes are the answer counters by outcome, looked up once.
+var usageOutcomes = func() (out [usage.Unsupported + 1]prometheus.Counter) {
+	for o := range out {
+		out[o] = usageAnswers.WithLabelValues(usage.Outcome(o).String())
+	}
+	return out
+}()
+
+// tokenCounters are the token counters of one upstream and decision.
+type tokenCounters struct {
+	upstream       string // the label: the dial address, or "other"
+	prompt, cached prometheus.Counter
+}
+
+// counterKey names the counters of an upstream (dial address) and decision.
+type counterKey struct{ hostport, decision string }
+
+// tokenCounterSet holds the counters in use, read without locks and
+// written by copy (a new upstream or decision is rare). At most
+// maxUpstreamLabels upstreams get labels of their own, so that dynamic
+// upstreams cannot grow the metrics without bound; the rest count as
+// "other".
+var tokenCounterSet struct {
+	mu        sync.Mutex // serialises writers
+	m         atomic.Pointer[map[counterKey]*tokenCounters]
+	upstreams map[string]bool // labelled upstreams; guarded by mu
 }
 
 const maxUpstreamLabels = 1024
 
-// upstreamLabel returns the label of an upstream's dial address.
-func upstreamLabel(hostport string) string {
-	if hostport == "" {
-		return "none"
+// tokenCountersOf returns the counters of an upstream and decision.
+func tokenCountersOf(hostport, decision string) *tokenCounters {
+	k := counterKey{hostport, decision}
+	if m := tokenCounterSet.m.Load(); m != nil {
+		if c, ok := (*m)[k]; ok {
+			return c
+		}
 	}
-	upstreamLabels.mu.Lock()
-	defer upstreamLabels.mu.Unlock()
-	if l, ok := upstreamLabels.set[hostport]; ok {
-		return l
+	set := &tokenCounterSet
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	old := map[counterKey]*tokenCounters{}
+	if m := set.m.Load(); m != nil {
+		if c, ok := (*m)[k]; ok {
+			return c
+		}
+		old = *m
 	}
-	if upstreamLabels.set == nil {
-		upstreamLabels.set = map[string]string{}
+	if set.upstreams == nil {
+		set.upstreams = map[string]bool{}
 	}
-	if len(upstreamLabels.set) >= maxUpstreamLabels {
-		return activity.OtherUpstreams
+	label := hostport
+	switch {
+	case hostport == "":
+		label = "none"
+	case set.upstreams[hostport]:
+	case len(set.upstreams) >= maxUpstreamLabels:
+		label = activity.OtherUpstreams
+	default:
+		set.upstreams[hostport] = true
 	}
-	upstreamLabels.set[hostport] = hostport
-	return hostport
+	c := &tokenCounters{
+		upstream: label,
+		prompt:   promptTokens.WithLabelValues(label, decision),
+		cached:   cachedTokens.WithLabelValues(label, decision),
+	}
+	m := make(map[counterKey]*tokenCounters, len(old)+1)
+	for key, v := range old {
+		m[key] = v
+	}
+	m[k] = c
+	if len(m) <= 4*maxUpstreamLabels*8 { // keys beyond the labels map to shared counters
+		set.m.Store(&m)
+	}
+	return c
 }

@@ -99,3 +99,39 @@ func BenchmarkHandlerBody(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHandlerUsage measures a request with a session header whose
+// answer is a small chat completion with usage, with the usage read (on)
+// and not (off): what reading and accounting it costs.
+func BenchmarkHandlerUsage(b *testing.B) {
+	reply := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	for _, on := range []bool{true, false} {
+		b.Run(map[bool]string{true: "on", false: "off"}[on], func(b *testing.B) {
+			h := &Handler{ReadUsage: &on}
+			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+			defer cancel()
+			if err := h.Provision(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer h.Cleanup()
+			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(reply)
+				return nil
+			})
+			w := httptest.NewRecorder()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader("{}"))
+				r.Header.Set("X-Session-Id", fmt.Sprint("session-", i%1024))
+				repl := caddy.NewReplacer()
+				repl.Set("http.reverse_proxy.upstream.hostport", "127.0.0.1:9001")
+				r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+				w.Body.Reset()
+				if err := h.ServeHTTP(w, r, next); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

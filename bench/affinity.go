@@ -153,6 +153,13 @@ func runPolicy(env *benchEnv, cfg affinityConfig, w *workload, p affinityPolicy,
 
 	r := summarize(p.name, a.tally, sampler)
 	r.DroppedAtReload = a.dropsAtReload.Load()
+	for _, e := range engines {
+		r.EnginePrompt += e.reportedPrompt.Load()
+		r.EngineCached += e.reportedCached.Load()
+	}
+	if r.PluginPrompt, r.PluginCached, err = pluginUsage(proc); err != nil {
+		env.logf("affinity %s: usage: %v", p.name, err)
+	}
 	if p.keeping {
 		r.Decisions, err = stickyDecisions(proc)
 		if err != nil {

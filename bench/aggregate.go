@@ -33,3 +33,13 @@ func (k kindResult) summary(i int) setupSummary {
 	s.RPSRatio, s.P99Ratio, s.CPURatio = median(rRPS), median(rP99), median(rCPU)
 	return s
 }
+
+// ratioOf returns the median over rounds of setup i's CPU time per
+// request divided by setup j's in the same round.
+func (k kindResult) ratioOf(i, j int) float64 {
+	var r []float64
+	for n, m := range k.Rounds[i] {
+		r = append(r, fraction64(float64(m.CPUPerReq), float64(k.Rounds[j][n].CPUPerReq)))
+	}
+	return median(r)
+}

@@ -43,6 +43,10 @@ type engine struct {
 	cache    atomic.Pointer[prefixCache]
 	inFlight atomic.Int64
 
+	// The usage of every answer sent whole, since the engine was made:
+	// prompt tokens and cached prompt tokens.
+	reportedPrompt, reportedCached atomic.Int64
+
 	mu   sync.Mutex
 	srv  *http.Server
 	done chan struct{} // closed when this incarnation stops
@@ -151,7 +155,10 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struc
 	resp.Usage.PromptTokensDetails.CachedTokens = cached
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Engine", e.name)
-	json.NewEncoder(w).Encode(&resp)
+	if json.NewEncoder(w).Encode(&resp) == nil {
+		e.reportedPrompt.Add(int64(promptTokens))
+		e.reportedCached.Add(int64(cached))
+	}
 }
 
 // generate appends n reply tokens to h and returns their text. The words

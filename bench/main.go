@@ -57,7 +57,7 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&ov.Warmup, "warmup", 200*time.Millisecond, "overhead: unmeasured load before each window")
 	flag.IntVar(&ov.Concurrency, "concurrency", 8, "overhead: concurrent keep-alive clients")
 	flag.IntVar(&ov.Upstreams, "sinks", 4, "overhead: upstream servers behind each Caddy")
-	flag.StringVar(&kinds, "kinds", "", "overhead: comma-separated request kinds (header, body, auto-50k, auto-1m, get); default all")
+	flag.StringVar(&kinds, "kinds", "", "overhead: comma-separated request kinds (header, body, auto-50k, auto-1m, get, sse); default all")
 	flag.DurationVar(&ov.Profile, "profile", 3*time.Second, "overhead: CPU profile length of config C for the body and auto-detect kinds; 0 for none")
 	flag.IntVar(&ov.Memory.Clients, "memory-clients", 32, "overhead: concurrent large bodies of the memory measurement; 0 for none")
 	flag.IntVar(&ov.Memory.BodySize, "memory-body", 30<<20, "overhead: bytes of each body of the memory measurement")

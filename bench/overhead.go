@@ -31,7 +31,20 @@ var overheadSetups = []proxySetup{
 	{"C", "`session_keeping` + `lb_policy session_sticky`", func(up string) string {
 		return "session_keeping\nreverse_proxy " + up + " {\n\tlb_policy session_sticky\n}"
 	}},
+	{"D", "C with `read_usage off`", func(up string) string {
+		return "session_keeping {\n\tread_usage off\n}\nreverse_proxy " + up + " {\n\tlb_policy session_sticky\n}"
+	}},
 }
+
+// Indexes of the setups the report compares: C against A (and B, the
+// same work as A, as a check on precision), and C against D for what
+// reading the answers' usage costs.
+const (
+	setupA = 0
+	setupB = 1
+	setupC = 2
+	setupD = 3
+)
 
 // overheadConfig sets the overhead part's size.
 type overheadConfig struct {
@@ -172,7 +185,7 @@ func explainKind(env *benchEnv, g *gateways, client *http.Client, k *requestKind
 	if cfg.Profile <= 0 {
 		return
 	}
-	a, c := 0, len(overheadSetups)-1
+	a, c := setupA, setupC
 	if slices.Contains(profiledKinds, k.name) {
 		p, err := profileSetup(env, client, g.procs[c], g.requests(k, c), cfg, k.name, g.meter(c))
 		if err != nil {

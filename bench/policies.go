@@ -65,6 +65,9 @@ func (p affinityPolicy) site(upstreams []string) string {
 	if p.keeping {
 		b.WriteString("session_keeping {\n\tbuffer_bodies on\n}\n")
 		buffers = ""
+	} else {
+		// Only to read the answers' usage: the stock policy routes.
+		b.WriteString("session_keeping\n")
 	}
 	fmt.Fprintf(&b, "reverse_proxy %s {\n%s\n%s\n}", strings.Join(upstreams, " "), indent(p.lb), indent(failover+buffers))
 	return b.String()

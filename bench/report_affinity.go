@@ -141,6 +141,26 @@ events:
 
 	fmt.Fprintf(&b, "![Cached-token ratio over the run, per policy](%s)\n\n", chart)
 
+	b.WriteString(`The same ratio over every answer of the run, warm-up included, as the
+engines counted what they reported, and as ` + "`session_keeping`" + ` read it from the
+answers going past (admin API ` + "`/session_keeping/upstreams`" + `, the same totals as
+the metrics ` + "`caddy_session_keeping_prompt_tokens_total`" + ` and
+` + "`caddy_session_keeping_cached_prompt_tokens_total`" + `). ` + "`session_keeping`" + ` runs in
+front of every policy for this; with the stock policies it routes nothing.
+An answer that an engine sent whole but that never reached Caddy (cut
+off by the engine's kill) counts for the engine only.
+
+`)
+	rows = nil
+	for _, p := range res.Policies {
+		eng := fraction64(float64(p.EngineCached), float64(p.EnginePrompt))
+		plug := fraction64(float64(p.PluginCached), float64(p.PluginPrompt))
+		rows = append(rows, []string{p.Name, pct(eng), pct(plug),
+			fmt.Sprintf("%.3f points", 100*(plug-eng)),
+			fmt.Sprintf("%d / %d", p.PluginPrompt, p.EnginePrompt)})
+	}
+	table(&b, []string{"Policy", "engines' totals", "session_keeping's reading", "difference", "prompt tokens read / reported"}, rows)
+
 	b.WriteString("Failures and dropped connections (the time is in percent of the measured run):\n\n")
 	for _, p := range res.Policies {
 		f, d := p.FailureReasons, p.DropReasons

@@ -14,7 +14,7 @@ func (r *report) overheadSection() string {
 	var b strings.Builder
 	b.WriteString("## Overhead\n\n")
 	b.WriteString(r.measuredOn())
-	fmt.Fprintf(&b, `Three Caddy processes (`+"`go build ./cmd/caddy`"+`: the standard modules and this
+	fmt.Fprintf(&b, `Four Caddy processes (`+"`go build ./cmd/caddy`"+`: the standard modules and this
 plugin) listen on loopback in front of the same %d upstreams, Go `+"`net/http`"+`
 servers in the benchmark program that read the whole body and answer a
 small JSON. Each configuration is its own process, so its CPU time
@@ -29,9 +29,9 @@ server logs errors only.
 	table(&b, []string{"Setup", "Configuration"}, rows)
 	fmt.Fprintf(&b, `A load generator (Go `+"`net/http`"+` client, %d keep-alive connections, each
 sending the next request as soon as the last one is answered) sends one
-kind of request at a time to A, B, C, then C, B, A, and so on: %d rounds
+kind of request at a time to A, B, C, D, then D, C, B, A, and so on: %d rounds
 per kind, each window %s of warm-up and %s measured, so that drift of the
-(shared) machine, also within a round, hits all three alike. Per window: completed requests per second,
+(shared) machine, also within a round, hits all four alike. Per window: completed requests per second,
 p50 and p99 latency, and Caddy's CPU time over the window divided by the
 requests completed in it. The tables give the median over the rounds;
 each ratio is the median over rounds of the figure divided by A's in the
@@ -52,6 +52,10 @@ in a gateway's steady state):
   50 KiB (64 conversations) or 1 MiB (8) with no id: the session is the
   fingerprint of the conversation's opening.
 - **get**: `+"`GET /v1/models`"+`, no session.
+- **sse**: `+"`POST /v1/chat/completions`"+` with `+"`\"stream\":true`"+` and an `+"`X-Session-Id`"+`
+  header; the upstream streams 200 events, each flushed, then the usage
+  and `+"`[DONE]`"+`. C reads the usage from the stream as it passes; D is C
+  with `+"`read_usage off`"+`, so C / D is what reading costs.
 
 `, cfg.Concurrency, cfg.Rounds, cfg.Warmup, cfg.Window)
 
@@ -89,17 +93,18 @@ processes is the largest in any window of the round):
 `, maxOtherLoad, cfg.Rounds/2, cfg.Rounds)
 	rows = nil
 	for _, k := range res.Kinds {
-		var cs, bs, others []string
+		var cs, bs, cds, others []string
 		for r := range k.Rounds[0] {
-			a, bb, c := k.Rounds[0][r], k.Rounds[1][r], k.Rounds[len(overheadSetups)-1][r]
+			a, bb, c, d := k.Rounds[setupA][r], k.Rounds[setupB][r], k.Rounds[setupC][r], k.Rounds[setupD][r]
 			cs = append(cs, fmt.Sprintf("%.2f", fraction64(float64(c.CPUPerReq), float64(a.CPUPerReq))))
 			bs = append(bs, fmt.Sprintf("%.2f", fraction64(float64(bb.CPUPerReq), float64(a.CPUPerReq))))
-			others = append(others, fmt.Sprintf("%.2f", max(a.Other, bb.Other, c.Other)))
+			cds = append(cds, fmt.Sprintf("%.2f", fraction64(float64(c.CPUPerReq), float64(d.CPUPerReq))))
+			others = append(others, fmt.Sprintf("%.2f", max(a.Other, bb.Other, c.Other, d.Other)))
 		}
-		rows = append(rows, []string{k.Name, strings.Join(cs, " "), strings.Join(bs, " "),
+		rows = append(rows, []string{k.Name, strings.Join(cs, " "), strings.Join(bs, " "), strings.Join(cds, " "),
 			fmt.Sprintf("%d of %d", len(k.Rounds[0]), k.Attempts), strings.Join(others, " ")})
 	}
-	table(&b, []string{"Kind", "C / A", "B / A", "rounds kept", "other processes (cores)"}, rows)
+	table(&b, []string{"Kind", "C / A", "B / A", "C / D", "rounds kept", "other processes (cores)"}, rows)
 
 	r.memory(&b)
 	r.profiles(&b)

@@ -84,7 +84,13 @@ func requestKinds(seed uint64) []*requestKind {
 		name: "get", title: "Sessionless GET",
 		method: http.MethodGet, path: "/v1/models",
 	}
-	return []*requestKind{header, body, auto50, auto1m, get}
+	sse := &requestKind{
+		name: "sse", title: fmt.Sprintf("Streamed answer, %d events", sseEvents),
+		method: http.MethodPost, path: "/v1/chat/completions",
+		header: "X-Session-Id", ids: header.ids,
+		bodies: [][]byte{[]byte(`{"model":"gpt-4o","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)},
+	}
+	return []*requestKind{header, body, auto50, auto1m, get, sse}
 }
 
 // openAIChat returns an OpenAI chat completions body of about size bytes:

@@ -19,6 +19,11 @@ type policyResult struct {
 	// Why requests failed, and why connections were lost, most frequent
 	// first.
 	FailureReasons, DropReasons string
+
+	// Every answer of the run, warm-up included: the usage the engines
+	// reported, and the usage session_keeping read from the answers.
+	EnginePrompt, EngineCached int64
+	PluginPrompt, PluginCached int64
 }
 
 // phaseResult is one phase of a policy's run.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/http"
@@ -37,7 +38,33 @@ func startSinks(n int, handler http.HandlerFunc) (addrs []string, stop func(), e
 }
 
 func sink(w http.ResponseWriter, r *http.Request) {
-	io.Copy(io.Discard, r.Body)
+	body, _ := io.ReadAll(r.Body)
+	if bytes.Contains(body, []byte(`"stream":true`)) {
+		streamSink(w)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(sinkReply)
+}
+
+// sseEvents is how many events a streamed overhead answer has, as an LLM
+// answer of a couple of hundred tokens does.
+const sseEvents = 200
+
+// sseChunk and sseUsage are the events of a streamed answer: a token
+// each, then the usage, as OpenAI sends them with include_usage.
+var (
+	sseChunk = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"bench","choices":[{"index":0,"delta":{"content":" token"}}],"usage":null}` + "\n\n")
+	sseUsage = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","model":"bench","choices":[],"usage":{"prompt_tokens":1200,"completion_tokens":200,"total_tokens":1400,"prompt_tokens_details":{"cached_tokens":1024}}}` + "\n\n" + "data: [DONE]\n\n")
+)
+
+// streamSink answers with sseEvents events, each flushed.
+func streamSink(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	for range sseEvents {
+		w.Write(sseChunk)
+		rc.Flush()
+	}
+	w.Write(sseUsage)
 }

@@ -29,11 +29,15 @@ func TestPercentileAndMedian(t *testing.T) {
 
 func TestKeepQuietest(t *testing.T) {
 	m := func(rps float64) []measurement {
-		return []measurement{{RPS: rps}, {RPS: rps}, {RPS: rps}}
+		out := make([]measurement, len(overheadSetups))
+		for i := range out {
+			out[i].RPS = rps
+		}
+		return out
 	}
 	rounds := []round{{m(1), 0.5}, {m(2), 0.1}, {m(3), 0.9}, {m(4), 0.0}}
 	got := keepQuietest(rounds, 2)
-	if len(got) != 3 || len(got[0]) != 2 || got[0][0].RPS != 2 || got[0][1].RPS != 4 {
+	if len(got) != len(overheadSetups) || len(got[0]) != 2 || got[0][0].RPS != 2 || got[0][1].RPS != 4 || got[3][1].RPS != 4 {
 		t.Errorf("kept %+v, want rounds 2 and 4 in order", got)
 	}
 }

@@ -42,7 +42,7 @@ var bodyCPUTargets = []struct {
 func overheadTargets(res *overheadResult) []target {
 	var out []target
 	if i := slices.IndexFunc(res.Kinds, func(k kindResult) bool { return k.Name == "header" }); i >= 0 {
-		c := res.Kinds[i].summary(len(overheadSetups) - 1)
+		c := res.Kinds[i].summary(setupC)
 		out = append(out,
 			target{c.CPURatio <= maxCPURatio, fmt.Sprintf("header signal, Caddy CPU time per request of C is %s A's (target ≤ %.2f×)", ratio(c.CPURatio), maxCPURatio)},
 			target{c.RPSRatio >= minRPSRatio, fmt.Sprintf("header signal, requests/s of C are %s A's (target ≥ %.2f×)", ratio(c.RPSRatio), minRPSRatio)},
@@ -51,12 +51,20 @@ func overheadTargets(res *overheadResult) []target {
 	}
 	for _, t := range bodyCPUTargets {
 		if i := slices.IndexFunc(res.Kinds, func(k kindResult) bool { return k.Name == t.kind }); i >= 0 {
-			c := res.Kinds[i].summary(len(overheadSetups) - 1)
+			c := res.Kinds[i].summary(setupC)
 			out = append(out, target{c.CPURatio <= t.max, fmt.Sprintf("%s, Caddy CPU time per request of C is %s A's (target ≤ %.2f×)", res.Kinds[i].Title, ratio(c.CPURatio), t.max)})
 		}
 	}
+	if i := slices.IndexFunc(res.Kinds, func(k kindResult) bool { return k.Name == "sse" }); i >= 0 {
+		r := res.Kinds[i].ratioOf(setupC, setupD)
+		out = append(out, target{r <= maxUsageCPURatio, fmt.Sprintf("%s, Caddy CPU time per request of C (usage read) is %s D's (read_usage off) (target ≤ %.2f×)", res.Kinds[i].Title, ratio(r), maxUsageCPURatio)})
+	}
 	return out
 }
+
+// maxUsageCPURatio bounds what reading the usage of a streamed answer may
+// cost: C against D, the same setup with read_usage off.
+const maxUsageCPURatio = 1.05
 
 // Affinity targets for session_sticky.
 const (

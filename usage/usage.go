@@ -100,8 +100,10 @@ func NewReader(contentType, contentEncoding string) *Reader {
 
 // Reset makes r read a new answer.
 func (r *Reader) Reset(contentType, contentEncoding string) {
-	doc := r.doc[:0]
-	*r = Reader{atLine: true, doc: doc}
+	// Field by field: the buffers need no clearing, only their counts.
+	r.mode, r.usage, r.off = modeOff, Usage{}, Read
+	r.nHead, r.nTail, r.doc = 0, 0, r.doc[:0]
+	r.inData, r.atLine = false, true
 	if contentEncoding != "" && !strings.EqualFold(contentEncoding, "identity") {
 		r.off = Compressed
 		return
@@ -126,7 +128,7 @@ func (r *Reader) Write(p []byte) (int, error) {
 		r.keep(p)
 		// A Responses answer starts with its id: know it before the
 		// answer is complete.
-		if r.usage.ResponseID == "" && headBefore < headSize && bytes.Contains(r.head[:r.nHead], []byte(`"resp_`)) {
+		if r.usage.ResponseID == "" && headBefore < headSize && hasResponseID(r.head[:r.nHead]) {
 			r.responseID(r.head[:r.nHead])
 		}
 	case modeSSE:
@@ -168,18 +170,19 @@ func (r *Reader) lines(p []byte) {
 			}
 		}
 		nl := bytes.IndexByte(p, '\n')
-		line := p
-		if nl >= 0 {
-			line = p[:nl]
-		}
-		if r.inData {
-			r.keep(line)
-		}
 		if nl < 0 {
+			if r.inData {
+				r.keep(p)
+			}
 			return
 		}
 		if r.inData {
-			r.document()
+			if r.nHead == 0 {
+				r.read(p[:nl]) // the whole line is here: read it in place
+			} else {
+				r.keep(p[:nl])
+				r.document()
+			}
 		}
 		r.atLine = true
 		p = p[nl+1:]
@@ -211,13 +214,19 @@ func (r *Reader) keep(p []byte) {
 func (r *Reader) document() {
 	doc := r.kept()
 	r.nHead, r.nTail = 0, 0
+	r.read(doc)
+}
+
+// read reads the usage and the response id of one document: a JSON answer,
+// or the data line of an event.
+func (r *Reader) read(doc []byte) {
 	if r.mode == modeSSE {
 		doc = bytes.TrimSpace(bytes.TrimPrefix(doc, []byte("data:")))
 	}
 	if len(doc) == 0 || doc[0] != '{' {
 		return
 	}
-	if bytes.Contains(doc[:min(len(doc), headSize)], []byte(`"resp_`)) {
+	if hasResponseID(doc[:min(len(doc), headSize)]) {
 		r.responseID(doc)
 	}
 	if obj, gemini := lastUsage(doc); obj == nil {
@@ -256,17 +265,34 @@ func (r *Reader) responseID(doc []byte) {
 	}
 }
 
+// hasResponseID reports whether doc has a string starting with "resp_",
+// looking for its underscore, which is rarer in these APIs' events than a
+// quote.
+func hasResponseID(doc []byte) bool {
+	for i := 0; ; {
+		k := bytes.IndexByte(doc[i:], '_')
+		if k < 0 {
+			return false
+		}
+		u := i + k
+		if u >= 5 && string(doc[u-5:u]) == `"resp` {
+			return true
+		}
+		i = u + 1
+	}
+}
+
 // maxResponseID bounds the response ids kept.
 const maxResponseID = 256
 
 // gemini reads a Gemini usageMetadata object.
 func (r *Reader) gemini(obj []byte) {
-	prompt := gjson.GetBytes(obj, "promptTokenCount")
-	if !prompt.Exists() {
+	prompt, ok := intMember(obj, "promptTokenCount")
+	if !ok {
 		return
 	}
-	r.usage = Usage{Found: true, ResponseID: r.usage.ResponseID,
-		Prompt: prompt.Int(), Cached: gjson.GetBytes(obj, "cachedContentTokenCount").Int()}
+	cached, _ := intMember(obj, "cachedContentTokenCount")
+	r.usage = Usage{Found: true, ResponseID: r.usage.ResponseID, Prompt: prompt, Cached: cached}
 }
 
 // openAIOrAnthropic reads a usage object of OpenAI chat (prompt_tokens),
@@ -276,14 +302,15 @@ func (r *Reader) gemini(obj []byte) {
 // message_delta, leaves what was read before.
 func (r *Reader) openAIOrAnthropic(obj []byte) {
 	u := Usage{Found: true, ResponseID: r.usage.ResponseID}
-	if v := gjson.GetBytes(obj, "prompt_tokens"); v.Exists() {
-		u.Prompt = v.Int()
-		u.Cached = gjson.GetBytes(obj, "prompt_tokens_details.cached_tokens").Int()
-	} else if v := gjson.GetBytes(obj, "input_tokens"); v.Exists() {
-		read := gjson.GetBytes(obj, "cache_read_input_tokens").Int()
-		created := gjson.GetBytes(obj, "cache_creation_input_tokens").Int()
-		u.Prompt = v.Int() + read + created
-		u.Cached = gjson.GetBytes(obj, "input_tokens_details.cached_tokens").Int() + read
+	if prompt, ok := intMember(obj, "prompt_tokens"); ok {
+		u.Prompt = prompt
+		u.Cached, _ = intMember(member(obj, "prompt_tokens_details"), "cached_tokens")
+	} else if input, ok := intMember(obj, "input_tokens"); ok {
+		read, _ := intMember(obj, "cache_read_input_tokens")
+		created, _ := intMember(obj, "cache_creation_input_tokens")
+		cached, _ := intMember(member(obj, "input_tokens_details"), "cached_tokens")
+		u.Prompt = input + read + created
+		u.Cached = cached + read
 	} else {
 		return
 	}
@@ -293,13 +320,21 @@ func (r *Reader) openAIOrAnthropic(obj []byte) {
 // lastUsage returns doc from the object of its last "usage" or
 // "usageMetadata" member (`"usage": {`), and whether it was usageMetadata;
 // nil when there is none.
+//
+// The search goes by the letter g, which is rare in the events of these
+// APIs, where a search by the quote stops every few bytes.
 func lastUsage(doc []byte) (obj []byte, gemini bool) {
 	for i := 0; ; {
-		k := bytes.Index(doc[i:], []byte(`"usage`))
+		k := bytes.IndexByte(doc[i:], 'g')
 		if k < 0 {
 			return obj, gemini
 		}
-		j := i + k + len(`"usage`)
+		g0 := i + k
+		if g0 < 4 || string(doc[g0-4:g0]) != `"usa` || g0+1 >= len(doc) || doc[g0+1] != 'e' {
+			i = g0 + 1
+			continue
+		}
+		j := g0 + 2
 		g := bytes.HasPrefix(doc[j:], []byte(`Metadata"`))
 		switch {
 		case g:
@@ -326,4 +361,117 @@ func skipSpace(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// member returns the raw value of the member key of the JSON object that
+// starts obj (obj may run on past it), or nil. Keys are compared as they
+// are written: the APIs' usage keys are never escaped.
+func member(obj []byte, key string) []byte {
+	if len(obj) == 0 || obj[0] != '{' {
+		return nil
+	}
+	for i := 1; ; {
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != '"' {
+			return nil
+		}
+		kEnd := skipString(obj, i)
+		if kEnd < 0 {
+			return nil
+		}
+		k := obj[i+1 : kEnd-1]
+		if i = skipSpace(obj, kEnd); i >= len(obj) || obj[i] != ':' {
+			return nil
+		}
+		i = skipSpace(obj, i+1)
+		vEnd := skipValue(obj, i)
+		if vEnd < 0 {
+			return nil
+		}
+		if string(k) == key {
+			return obj[i:vEnd]
+		}
+		if i = skipSpace(obj, vEnd); i >= len(obj) || obj[i] != ',' {
+			return nil
+		}
+		i++
+	}
+}
+
+// intMember returns the member key of the object that starts obj as an
+// integer; a number with a fraction or exponent is cut to its integer
+// part.
+func intMember(obj []byte, key string) (int64, bool) {
+	v := member(obj, key)
+	if len(v) == 0 {
+		return 0, false
+	}
+	neg := v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	var n int64
+	digits := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int64(c-'0')
+		digits++
+	}
+	if digits == 0 || digits > 18 {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// skipString returns the index just past the string whose opening quote is
+// at b[i], or -1.
+func skipString(b []byte, i int) int {
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index just past the JSON value at b[i], or -1.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				if j = skipString(b, j); j < 0 {
+					return -1
+				}
+				j--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	}
+	j := i
+	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
+		j++
+	}
+	return j
 }
