@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -50,10 +52,17 @@ func TestUIThreads(t *testing.T) {
 		t.Skipf("skipping the browser test: no Chromium at %s (install Debian's chromium package; .ci/run does): %v", uiChromium, err)
 	}
 
-	ups := []*upstream{newUpstream(t, "u1"), newUpstream(t, "u2"), newUpstream(t, "u3")}
-	dials := make([]string, len(ups))
-	for i, u := range ups {
-		dials[i] = u.addr()
+	// Upstreams that answer as Anthropic does, with 3,000 of 4,000 prompt
+	// tokens read from the cache: the page shows 75 %.
+	var dials []string
+	for range 3 {
+		u := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"msg_1","type":"message","content":[{"type":"text","text":"ok"}],"usage":{"input_tokens":800,"cache_creation_input_tokens":200,"cache_read_input_tokens":3000,"output_tokens":2}}`)
+		}))
+		t.Cleanup(u.Close)
+		dials = append(dials, strings.TrimPrefix(u.URL, "http://"))
 	}
 	adminPort, sitePort, uiPort := freePort(t), freePort(t), freePort(t)
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
@@ -270,7 +279,7 @@ http://127.0.0.1:%d {
 		}
 		t.Logf("thread row: %q", r.Cells)
 		row := strings.Join(r.Cells, " | ")
-		for _, s := range []string{"POST", "/v1/messages", "200"} {
+		for _, s := range []string{"POST", "/v1/messages", "200", "75 %"} {
 			if !strings.Contains(row, s) {
 				t.Errorf("thread %s: latest request row %q lacks %q", r.Key, row, s)
 			}
@@ -282,6 +291,11 @@ http://127.0.0.1:%d {
 	if rows[0].Key != five {
 		t.Errorf("first thread is %s, want the newest session %s", rows[0].Key, five)
 	}
+
+	// Every upstream that answered shows its cache line.
+	step("waiting for the upstream cards' cache lines",
+		poll(`[...document.querySelectorAll('#upstreams .cache')].some(m => m.textContent.startsWith('cache 75 %'))`),
+	)
 
 	// Expand the 5-request thread: its 4 older requests unfold beneath it,
 	// and only there.
