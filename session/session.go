@@ -68,6 +68,7 @@ const (
 	DecisionNew            = "new"             // no live pin: placed and pinned
 	DecisionHit            = "hit"             // pinned upstream used
 	DecisionSpill          = "spill"           // pinned upstream full: sent elsewhere, pin kept
+	DecisionSpillTier      = "spill_tier"      // no upstream of the cheapest tier could take it: a pricier tier did, pin kept
 	DecisionRepinUnhealthy = "repin_unhealthy" // pinned upstream unhealthy: re-pinned
 	DecisionRepinFailed    = "repin_failed"    // pinned upstream failed the session: re-pinned
 	DecisionRepinRemoved   = "repin_removed"   // pinned upstream left the pool: re-pinned

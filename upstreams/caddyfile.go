@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -21,12 +22,16 @@ import (
 //	    failure_cooldown <duration>
 //	    repin_on_status  <code>...
 //	    name             <string>
+//	    tier             <upstream>...
 //	    store            <module> { ... }
 //	}
 //
 // Every option is optional. balance_factor 0 turns the load bound off;
 // repeated repin_on_status lines add to the list; fallback takes any
-// selection policy with its own arguments and block, as lb_policy does.
+// selection policy with its own arguments and block, as lb_policy does;
+// each tier line is one tier, the first the cheapest, of upstreams written
+// as in reverse_proxy (host:port, or a URL such as https://api.example.com).
+
 func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // policy name
 	if d.NextArg() {
@@ -95,6 +100,16 @@ func (p *StickySelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err("name: must not be empty")
 			}
 			p.Name = val
+
+		case "tier":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Err("tier: want one or more upstreams")
+			}
+			p.Tiers = append(p.Tiers, args)
+			if _, err := newTierSet(p.Tiers); err != nil {
+				return d.Errf("tier: %v", strings.TrimPrefix(err.Error(), "tiers: "))
+			}
 
 		case "store":
 			if !d.NextArg() {

@@ -45,6 +45,8 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		repin_on_status  500 502
 		repin_on_status  529
 		name             chat-pool
+		tier             10.0.0.1:8000 10.0.0.2:8000
+		tier             https://api.example.com
 	}`)
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +60,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		FailureCooldown: caddy.Duration(45 * time.Second),
 		RepinOnStatus:   []int{500, 502, 529},
 		Name:            "chat-pool",
+		Tiers:           [][]string{{"10.0.0.1:8000", "10.0.0.2:8000"}, {"https://api.example.com"}},
 	}
 	if !jsonEqual(t, p.FallbackRaw, string(want.FallbackRaw)) {
 		t.Fatalf("fallback = %s, want %s", p.FallbackRaw, want.FallbackRaw)
@@ -163,6 +166,11 @@ func TestCaddyfileErrorsNameTheOption(t *testing.T) {
 		{"session_sticky {\nfallback random_choose two\n}", "fallback"},
 		{"session_sticky {\nfallback header\n}", "fallback"},
 		{"session_sticky {\nfallback first\nfallback random\n}", "fallback"},
+		{"session_sticky {\ntier\n}", "tier"},
+		{"session_sticky {\ntier 10.0.0.1\n}", "tier"},
+		{"session_sticky {\ntier ftp://files.example.com\n}", "tier"},
+		{"session_sticky {\ntier https://api.example.com/v1\n}", "tier"},
+		{"session_sticky {\ntier 10.0.0.1:80\ntier http://10.0.0.1\n}", "tier"},
 		{"session_sticky {\nstore\n}", "store"},
 		{"session_sticky {\nstore memcached\n}", "store"},
 		{"session_sticky {\nstore redis\nstore redis\n}", "store"},

@@ -82,9 +82,19 @@ type StickySelection struct {
 	// Caddy instances of a fleet.
 	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=http.reverse_proxy.selection_policies.session_sticky.stores inline_key=backend"`
 
+	// Tiers of upstreams by cost, cheapest first: each a list of upstream
+	// addresses (host:port as the upstream dials it, or a URL such as
+	// https://api.example.com). Upstreams in no tier form a last, priciest
+	// tier. Sessions are placed and pinned in the cheapest tier present in
+	// the pool; a request that no upstream of that tier can take goes to
+	// the next tier that can (decision spill_tier) without moving the pin.
+	// Requests without a session follow the same tiers. Default: no tiers.
+	Tiers [][]string `json:"tiers,omitempty"`
+
 	fallback        reverseproxy.Selector
 	placeByFallback bool
 	balanceFactor   float64
+	tiers           *tierSet  // nil without tiers
 	table           *PinTable // this process's pins: the store, or the store's fallback
 	store           PinStore
 	first           *atomic.Pointer[firstAttempt] // the last pool seen; set in Provision
@@ -124,6 +134,7 @@ func (p *StickySelection) Provision(ctx caddy.Context) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	p.tiers, _ = newTierSet(p.Tiers) // checked by Validate
 
 	p.placeByFallback = p.FallbackRaw != nil
 	if p.FallbackRaw == nil {
@@ -194,7 +205,8 @@ func (p *StickySelection) Validate() error {
 			return fmt.Errorf("repin_on_status: %d is not an HTTP status", code)
 		}
 	}
-	return nil
+	_, err := newTierSet(p.Tiers)
+	return err
 }
 
 // Cleanup releases this config's hold on the pin table; the table stops
@@ -220,6 +232,14 @@ func (c pool) Len() int            { return len(c.upstreams) }
 func (c pool) Dial(i int) string   { return c.upstreams[i].Dial }
 func (c pool) InFlight(i int) int  { return c.upstreams[i].NumRequests() }
 func (c pool) Eligible(i int) bool { return c.eligible(c.upstreams[i]) }
+
+// healthyPool is a pool whose healthy members are eligible, full or not.
+type healthyPool struct{ pool }
+
+func (c healthyPool) Eligible(i int) bool {
+	u := c.upstreams[i]
+	return u.Healthy() && !slices.Contains(c.exclude, u.Dial)
+}
 
 func (c pool) eligible(u *reverseproxy.Upstream) bool {
 	return u.Available() && !slices.Contains(c.exclude, u.Dial)
@@ -283,13 +303,24 @@ func (fa *firstAttempt) Done(s *session.Session, status int) {
 // Select chooses the upstream for a request.
 func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
 	s := session.FromContext(r.Context())
+	// With tiers, the policy works on the home tier, and further tiers
+	// take what it cannot.
+	candidates, home := upstreams, 0
+	var homeBuf [16]*reverseproxy.Upstream
+	if p.tiers != nil {
+		home, candidates = p.tiers.home(upstreams, homeBuf[:0])
+	}
 	if s == nil {
 		p.firstAttempt(upstreams) // remembers the pool for the admin API
-		up := p.fallback.Select(upstreams, r, w)
+		choose := func(c reverseproxy.UpstreamPool) *reverseproxy.Upstream { return p.fallback.Select(c, r, w) }
+		up := choose(candidates)
+		if up == nil && p.tiers != nil {
+			up = p.tiers.spillSessionless(upstreams, home, choose)
+		}
 		countDecision(dialOf(up), session.DecisionNone)
 		return up
 	}
-	c := pool{upstreams: upstreams}
+	c := pool{upstreams: candidates}
 	// Caddy calls Select again with the same request on a retry; the
 	// session then holds this policy's state and the upstream that failed.
 	var a *attempt
@@ -327,7 +358,7 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 		pin, ok := p.store.Peek(key)
 		c.exclude = withAvoided(a.failed, pin, now)
 		if !ok || pin.Upstream == failed {
-			up = p.place(s, c, r, w)
+			up = p.place(s, c, r, w, p.tiers == nil)
 			decision = session.DecisionRepinFailed
 			if up != nil {
 				p.store.Repin(key, up.Dial, failed, now.Add(time.Duration(p.FailureCooldown)))
@@ -338,7 +369,7 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 			// already, or home has room again after a spill.
 			up, decision = u, session.DecisionHit
 		} else {
-			up, decision = p.place(s, c, r, w), session.DecisionSpill
+			up, decision = p.place(s, c, r, w, p.tiers == nil), session.DecisionSpill
 		}
 	} else if pin, ok := p.store.Get(key); ok {
 		pinned := c.find(pin.Upstream)
@@ -359,13 +390,13 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 				c.exclude = []string{pinned.Dial}
 			}
 			c.exclude = withAvoided(c.exclude, pin, now)
-			up = p.place(s, c, r, w)
+			up = p.place(s, c, r, w, p.tiers == nil)
 			if up != nil && decision != session.DecisionSpill {
 				p.store.Repin(key, up.Dial, pin.Avoid, pin.AvoidUntil)
 			}
 		}
 	} else {
-		up = p.place(s, c, r, w)
+		up = p.place(s, c, r, w, p.tiers == nil)
 		if up != nil {
 			// A concurrent first request of the session may have pinned it
 			// already: follow that pin while it is available.
@@ -374,6 +405,29 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 					up = u
 				}
 			}
+		} else if p.tiers != nil {
+			// The home tier is full: the session is pinned there all the
+			// same, on a healthy upstream, and this request goes to a
+			// further tier below.
+			if i := Place(s.Key, healthyPool{c}, 0); i >= 0 {
+				p.store.PinIfAbsent(key, c.upstreams[i].Dial)
+			}
+		}
+	}
+
+	if up == nil && p.tiers != nil {
+		// Nothing of the home tier can take the request: a further tier
+		// does, and the pin stays home.
+		var exclude []string
+		if retry {
+			exclude = a.failed
+		}
+		if up = p.tiers.spill(s.Key, upstreams, home, exclude, p.balanceFactor); up != nil {
+			decision = session.DecisionSpillTier
+		} else {
+			// No tier can: an upstream the session avoids is better
+			// than none.
+			up = p.place(s, c, r, w, true)
 		}
 	}
 
@@ -403,9 +457,9 @@ func withAvoided(exclude []string, pin Pin, now time.Time) []string {
 }
 
 // place chooses an upstream for the session, away from c.exclude when it
-// can: with nothing else available, an excluded upstream is better than
-// none.
-func (p *StickySelection) place(s *session.Session, c pool, r *http.Request, w http.ResponseWriter) *reverseproxy.Upstream {
+// can: with nothing else available and orExcluded set, an excluded upstream
+// is better than none. (With tiers, a further tier comes first.)
+func (p *StickySelection) place(s *session.Session, c pool, r *http.Request, w http.ResponseWriter, orExcluded bool) *reverseproxy.Upstream {
 	for {
 		if p.placeByFallback {
 			candidates := c.upstreams
@@ -423,7 +477,7 @@ func (p *StickySelection) place(s *session.Session, c pool, r *http.Request, w h
 		} else if i := Place(s.Key, c, p.balanceFactor); i >= 0 {
 			return c.upstreams[i]
 		}
-		if len(c.exclude) == 0 {
+		if len(c.exclude) == 0 || !orExcluded {
 			return nil
 		}
 		c.exclude = nil

@@ -17,7 +17,7 @@ import (
 
 // decisionKinds are the decisions in the order their counters are kept.
 var decisionKinds = [...]string{
-	session.DecisionNew, session.DecisionHit, session.DecisionSpill,
+	session.DecisionNew, session.DecisionHit, session.DecisionSpill, session.DecisionSpillTier,
 	session.DecisionRepinUnhealthy, session.DecisionRepinFailed,
 	session.DecisionRepinRemoved, session.DecisionNone,
 }
