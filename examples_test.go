@@ -37,6 +37,9 @@ func TestExamplesAdapt(t *testing.T) {
 				t.Errorf("%s:%d: %s", w.File, w.Line, w.Message)
 			}
 			wants := []string{`"handler":"session_keeping"`, `"policy":"session_sticky"`}
+			if filepath.Dir(f) == "examples/tiers" {
+				wants = append(wants, `"tiers":[["10.0.0.1:8000","10.0.0.2:8000"],["127.0.0.1:9090"]]`)
+			}
 			if singleEndpoint[filepath.Dir(f)] {
 				wants = append(wants[:1], `"key_pools"`, `"strip_client_signals":true`, `{http.session.api_key.`)
 			}

@@ -110,6 +110,28 @@ func (b *backend) setHook(fn func(w http.ResponseWriter, r *http.Request) bool) 
 	b.mu.Unlock()
 }
 
+// holdSlow makes every backend hold requests to /slow until release is
+// called (or 20 s pass); entered receives once per held request, with room
+// for n. release may be called more than once; the test's end calls it.
+func (f *fleet) holdSlow(t *testing.T, n int) (entered chan struct{}, release func()) {
+	entered, held := make(chan struct{}, n), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/slow" {
+			return false
+		}
+		entered <- struct{}{}
+		select {
+		case <-held:
+		case <-time.After(20 * time.Second):
+		}
+		return false
+	})
+	return entered, release
+}
+
 // addr is the backend's host:port, its dial address in reverse_proxy.
 func (b *backend) addr() string { return strings.TrimPrefix(b.URL, "http://") }
 

@@ -455,25 +455,7 @@ func TestStickySpillWhenFullAndReturnHome(t *testing.T) {
 		lb_policy session_sticky
 		unhealthy_request_count 1`))
 
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
-	f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if r.URL.Path != "/slow" {
-			return false
-		}
-		entered <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		return false
-	})
+	entered, release := f.holdSlow(t, 1)
 
 	const sid = "spill-1"
 	home := g.call(chatPath, sid, 1, false)
@@ -491,7 +473,7 @@ func TestStickySpillWhenFullAndReturnHome(t *testing.T) {
 			t.Fatalf("turn %d while home is full: %v, want a spill away from %s", turn, r, home.upstream)
 		}
 	}
-	close(release)
+	release()
 	if r := <-slow; !r.ok() || r.upstream != home.upstream || r.decision != session.DecisionHit {
 		t.Fatalf("slow turn: %v, want a hit on %s", r, home.upstream)
 	}

@@ -2,8 +2,6 @@ package sessionkeeping
 
 import (
 	"fmt"
-	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,21 +36,7 @@ func TestTiersOverflowAndReturn(t *testing.T) {
 	}
 
 	// Overflow: four slow requests fill the cheap tier (two each).
-	entered, release := make(chan struct{}, 8), make(chan struct{})
-	var once sync.Once
-	releaseAll := func() { once.Do(func() { close(release) }) }
-	defer releaseAll()
-	f.setHook(func(w http.ResponseWriter, r *http.Request) bool {
-		if r.URL.Path != "/slow" {
-			return false
-		}
-		entered <- struct{}{}
-		select {
-		case <-release:
-		case <-time.After(20 * time.Second):
-		}
-		return false
-	})
+	entered, releaseAll := f.holdSlow(t, 4)
 	slow := make(chan reply, 4)
 	for i := range 4 {
 		go func() { slow <- g.call("/slow", fmt.Sprintf("slow-%d", i), 1, false) }()
