@@ -156,6 +156,7 @@ func runPolicy(env *benchEnv, cfg affinityConfig, w *workload, p affinityPolicy,
 	for _, e := range engines {
 		r.EnginePrompt += e.reportedPrompt.Load()
 		r.EngineCached += e.reportedCached.Load()
+		r.PerEngine = append(r.PerEngine, engineTotals{e.name, e.served.Load(), e.reportedPrompt.Load()})
 	}
 	if r.PluginPrompt, r.PluginCached, err = pluginUsage(proc); err != nil {
 		env.logf("affinity %s: usage: %v", p.name, err)

@@ -43,9 +43,9 @@ type engine struct {
 	cache    atomic.Pointer[prefixCache]
 	inFlight atomic.Int64
 
-	// The usage of every answer sent whole, since the engine was made:
+	// The answers sent whole since the engine was made, and their usage:
 	// prompt tokens and cached prompt tokens.
-	reportedPrompt, reportedCached atomic.Int64
+	served, reportedPrompt, reportedCached atomic.Int64
 
 	mu   sync.Mutex
 	srv  *http.Server
@@ -156,6 +156,7 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struc
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Engine", e.name)
 	if json.NewEncoder(w).Encode(&resp) == nil {
+		e.served.Add(1)
 		e.reportedPrompt.Add(int64(promptTokens))
 		e.reportedCached.Add(int64(cached))
 	}

@@ -11,7 +11,17 @@ type affinityPolicy struct {
 	lb      string // the lb_policy directive, with its block
 	keeping bool   // session_keeping resolves sessions in front
 	oracle  bool   // the load generator routes by cookie, knowing the caches
+	tiered  bool   // lb gets tiers: the expensive upstream apart, the rest cheap
 }
+
+// The tiered scenario: the upstream at expensiveIndex (u4) is a pricier
+// tier of its own, the others are the cheap tier, and every upstream
+// serves at most tierRoom requests at once, so that the cheap tier fills
+// at the workload's peaks and overflows.
+const (
+	expensiveIndex = 3
+	tierRoom       = 40
+)
 
 // affinityPolicies are the policies the affinity part knows, in the order
 // they run.
@@ -27,11 +37,12 @@ var affinityPolicies = []affinityPolicy{
 	{name: "sticky_bf110", lb: "lb_policy session_sticky {\n\tname affinity\n\tbalance_factor 1.1\n}", keeping: true},
 	{name: "sticky_bf100", lb: "lb_policy session_sticky {\n\tname affinity\n\tbalance_factor 1.0\n}", keeping: true},
 	{name: "sticky_lc", lb: "lb_policy session_sticky {\n\tname affinity\n\tfallback least_conn\n}", keeping: true},
+	{name: "sticky_tiers", lb: "lb_policy session_sticky {\n\tname affinity\n%s}\nunhealthy_request_count " + fmt.Sprint(tierRoom), keeping: true, tiered: true},
 	{name: "oracle", lb: fmt.Sprintf("lb_policy cookie %s %s {\n\tfallback least_conn\n}", oracleCookie, oracleSecret), oracle: true},
 }
 
 // defaultPolicies are the policies a run compares unless told otherwise.
-var defaultPolicies = []string{"round_robin", "least_conn", "random", "header", "session_sticky", "oracle"}
+var defaultPolicies = []string{"round_robin", "least_conn", "random", "header", "session_sticky", "sticky_tiers", "oracle"}
 
 // policyNames lists every known policy.
 func policyNames() []string {
@@ -69,6 +80,16 @@ func (p affinityPolicy) site(upstreams []string) string {
 		// Only to read the answers' usage: the stock policy routes.
 		b.WriteString("session_keeping\n")
 	}
-	fmt.Fprintf(&b, "reverse_proxy %s {\n%s\n%s\n}", strings.Join(upstreams, " "), indent(p.lb), indent(failover+buffers))
+	lb := p.lb
+	if p.tiered {
+		var cheap []string
+		for i, u := range upstreams {
+			if i != expensiveIndex {
+				cheap = append(cheap, u)
+			}
+		}
+		lb = fmt.Sprintf(lb, fmt.Sprintf("\ttier %s\n\ttier %s\n", strings.Join(cheap, " "), upstreams[expensiveIndex]))
+	}
+	fmt.Fprintf(&b, "reverse_proxy %s {\n%s\n%s\n}", strings.Join(upstreams, " "), indent(lb), indent(failover+buffers))
 	return b.String()
 }

@@ -13,6 +13,7 @@ var policyTitles = map[string]string{
 	"random":         "stock `lb_policy random`",
 	"header":         "stock `lb_policy header X-Session-Id` (clients without the header fall to its default fallback, `random`)",
 	"session_sticky": "`session_keeping` + `lb_policy session_sticky` with default options (and a `name`, so pins survive the change of the pool)",
+	"sticky_tiers":   "the tiered scenario: `session_sticky` with u4 as a pricier tier of its own (`tier` lines: the other engines, then u4) and every engine full at 40 requests in flight (`unhealthy_request_count 40`), so that the cheap tier overflows at the workload's peaks",
 	"sticky_bf110":   "`session_keeping` + `lb_policy session_sticky { balance_factor 1.1 }`: a tighter bound on the load of the upstream a new session is placed on",
 	"sticky_bf100":   "`session_keeping` + `lb_policy session_sticky { balance_factor 1.0 }`: new sessions only on upstreams below the mean load",
 	"sticky_lc":      "`session_keeping` + `lb_policy session_sticky { fallback least_conn }`: new sessions placed on the least loaded upstream instead of by rendezvous hashing",
@@ -141,6 +142,24 @@ events:
 
 	fmt.Fprintf(&b, "![Cached-token ratio over the run, per policy](%s)\n\n", chart)
 
+	if tiered, ok := res.policy("sticky_tiers"); ok {
+		b.WriteString("### Tiered scenario\n\n")
+		b.WriteString(`Own replicas first, a provider when they are full: the cost is what the
+pricier engine (u4) served, over every answer of the run, warm-up
+included. `+"`session_sticky`"+` over the same engines as one plain pool is the
+baseline of the same run.
+
+`)
+		rows = nil
+		for _, p := range []policyResult{tiered} {
+			if plain, ok := res.policy("session_sticky"); ok {
+				rows = append(rows, tierRow(plain))
+			}
+			rows = append(rows, tierRow(p))
+		}
+		table(&b, []string{"Policy", "requests on u4", "share of requests", "share of prompt tokens", "cached-token ratio", "failed"}, rows)
+	}
+
 	b.WriteString(`The same ratio over every answer of the run, warm-up included, as the
 engines counted what they reported, and as ` + "`session_keeping`" + ` read it from the
 answers going past (admin API ` + "`/session_keeping/upstreams`" + `, the same totals as
@@ -209,4 +228,20 @@ func dropSummary(res *affinityResult) string {
 		s += "; the kill of an upstream cost none, since Caddy retries those requests itself"
 	}
 	return s
+}
+
+// tierRow is a policy's row of the tiered scenario: what the pricier
+// engine served.
+func tierRow(p policyResult) []string {
+	var all, prompt int64
+	var u4 engineTotals
+	for i, e := range p.PerEngine {
+		all += e.Requests
+		prompt += e.Prompt
+		if i == expensiveIndex {
+			u4 = e
+		}
+	}
+	return []string{p.Name, fmt.Sprint(u4.Requests), pct(fraction64(float64(u4.Requests), float64(all))),
+		pct(fraction64(float64(u4.Prompt), float64(prompt))), pct(p.Ratio()), fmt.Sprint(p.Failed)}
 }

@@ -24,6 +24,15 @@ type policyResult struct {
 	// reported, and the usage session_keeping read from the answers.
 	EnginePrompt, EngineCached int64
 	PluginPrompt, PluginCached int64
+
+	// What each engine served over the whole run, warm-up included.
+	PerEngine []engineTotals
+}
+
+// engineTotals is what one engine served.
+type engineTotals struct {
+	Name             string
+	Requests, Prompt int64
 }
 
 // phaseResult is one phase of a policy's run.
