@@ -146,7 +146,7 @@ events:
 		b.WriteString("### Tiered scenario\n\n")
 		b.WriteString(`Own replicas first, a provider when they are full: the cost is what the
 pricier engine (u4) served, over every answer of the run, warm-up
-included. `+"`session_sticky`"+` over the same engines as one plain pool is the
+included. ` + "`session_sticky`" + ` over the same engines as one plain pool is the
 baseline of the same run.
 
 `)
