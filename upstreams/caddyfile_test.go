@@ -346,6 +346,9 @@ func TestProvisionErrorsNameTheOption(t *testing.T) {
 		{`{"repin_on_status": [502, 1000]}`, "repin_on_status"},
 		{`{"fallback": {"policy": "bogus"}}`, "fallback"},
 		{`{"fallback": {"policy": "header"}}`, "fallback"}, // header needs a field
+		{`{"tiers": [[]]}`, "tiers"},
+		{`{"tiers": [["10.0.0.1"]]}`, "tiers"},
+		{`{"tiers": [["10.0.0.1:80"], ["http://10.0.0.1"]]}`, "tiers"},
 	}
 	for _, tt := range tests {
 		p := new(StickySelection)
