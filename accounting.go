@@ -114,8 +114,15 @@ func tokenCountersOf(hostport, decision string) *tokenCounters {
 		m[key] = v
 	}
 	m[k] = c
-	if len(m) <= 4*maxUpstreamLabels*8 { // keys beyond the labels map to shared counters
+	// The map is keyed by dial address, and dynamic upstreams can bring
+	// new ones without end: past maxCachedCounters keys, new ones are not
+	// kept, and their counters (labelled "other") are looked up each time.
+	if len(m) <= maxCachedCounters {
 		set.m.Store(&m)
 	}
 	return c
 }
+
+// maxCachedCounters bounds the lock-free map of counters: every labelled
+// upstream with every decision, and as many again.
+const maxCachedCounters = 2 * maxUpstreamLabels * 8
