@@ -107,8 +107,8 @@ func runPolicy(env *benchEnv, cfg affinityConfig, w *workload, p affinityPolicy,
 		blockSize: cfg.BlockSize, start: start, t0: t0, end: t0.Add(cfg.Run),
 		tally: newTally(cfg.Run, cfg.Buckets),
 	}
-	if p.oracle {
-		a.oracle = newOracle(engines, &pool)
+	if p.routed != nil {
+		a.router, a.cookies = p.routed(engines, &pool), engineCookies(engines)
 	}
 	var clients sync.WaitGroup
 	for _, c := range w.clients {

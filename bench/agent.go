@@ -18,8 +18,9 @@ import (
 type agents struct {
 	w         *workload
 	client    *http.Client
-	url       string  // the gateway's chat completions endpoint
-	oracle    *oracle // routes requests when the policy is the oracle
+	url       string   // the gateway's chat completions endpoint
+	router    router   // routes requests when the load generator does (oracle, peers)
+	cookies   []string // the cookie value that selects each engine, for router
 	blockSize int
 	start     time.Time // when the clients start (the warm-up begins)
 	t0        time.Time // when the measured run begins
@@ -43,8 +44,8 @@ func (a *agents) run(c client) {
 func (a *agents) converse(c client, conv conversation) bool {
 	system := a.w.systems[conv.system]
 	msgs := appendMessage(nil, "system", system)
-	var hist *blockHasher // the prompt's blocks, for the oracle
-	if a.oracle != nil {
+	var hist *blockHasher // the prompt's blocks, for the router
+	if a.router != nil {
 		hist = newBlockHasher(a.blockSize)
 		hist.message("system", system)
 	}
@@ -111,7 +112,13 @@ func (a *agents) send(c client, conv conversation, body []byte, hist *blockHashe
 	if hist != nil {
 		prompt := hist.clone()
 		prompt.token(genMarker)
-		cookie = a.oracle.route(prompt.blocks, first)
+		r := routeRequest{blocks: prompt.blocks, first: first}
+		if c.signal == signalHeader {
+			r.session = conv.id
+		}
+		if i := a.router.route(r); i >= 0 {
+			cookie = a.cookies[i]
+		}
 	}
 	var resp *http.Response
 	for attempt := 0; ; attempt++ {

@@ -25,40 +25,56 @@ const (
 type oracle struct {
 	engines []*engine
 	pool    *atomic.Int32 // how many engines are in Caddy's pool now
-	cookies []string      // the cookie value that selects each engine
 }
 
 // newOracle returns an oracle over engines, whose pool is the first
 // pool.Load() of them.
 func newOracle(engines []*engine, pool *atomic.Int32) *oracle {
-	o := &oracle{engines: engines, pool: pool}
+	return &oracle{engines: engines, pool: pool}
+}
+
+// router picks the engine of a request in the load generator, for the
+// policies that route by knowledge Caddy lacks (the oracle) or by another
+// gateway's algorithm (the peers); Caddy's cookie policy then sends the
+// request there, with the same failover as every other policy.
+type router interface {
+	// route returns the index of the engine for the request, or -1.
+	route(r routeRequest) int
+}
+
+// routeRequest is what a router knows of a request.
+type routeRequest struct {
+	session string   // the session header's value; "" when the client sends none
+	blocks  []uint64 // the prompt's block hashes, as the engines cache them
+	first   bool     // the request opens a conversation
+}
+
+// engineCookies returns the cookie value that selects each engine.
+func engineCookies(engines []*engine) []string {
+	var out []string
 	for _, e := range engines {
 		mac := hmac.New(sha256.New, []byte(oracleSecret))
 		mac.Write([]byte(e.addr))
-		o.cookies = append(o.cookies, hex.EncodeToString(mac.Sum(nil)))
+		out = append(out, hex.EncodeToString(mac.Sum(nil)))
 	}
-	return o
+	return out
 }
 
-// route returns the cookie value that sends a prompt of blocks to its
-// best engine; first is whether the prompt opens a conversation.
-func (o *oracle) route(blocks []uint64, first bool) string {
+// route sends a prompt to its best engine.
+func (o *oracle) route(r routeRequest) int {
 	best, bestHit, bestLoad := -1, 0, int64(0)
 	for i, e := range o.engines[:o.pool.Load()] {
 		if !e.alive() {
 			continue
 		}
-		hit, load := e.cachedBlocks(blocks), e.inFlight.Load()
+		hit, load := e.cachedBlocks(r.blocks), e.inFlight.Load()
 		better := hit > bestHit || hit == bestHit && load < bestLoad
-		if first {
+		if r.first {
 			better = load < bestLoad || load == bestLoad && hit > bestHit
 		}
 		if best < 0 || better {
 			best, bestHit, bestLoad = i, hit, load
 		}
 	}
-	if best < 0 {
-		return ""
-	}
-	return o.cookies[best]
+	return best
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 )
 
 // affinityPolicy is one load-balancing set-up of the affinity part.
@@ -10,9 +11,18 @@ type affinityPolicy struct {
 	name    string
 	lb      string // the lb_policy directive, with its block
 	keeping bool   // session_keeping resolves sessions in front
-	oracle  bool   // the load generator routes by cookie, knowing the caches
 	tiered  bool   // lb gets tiers: the expensive upstream apart, the rest cheap
+
+	// routed makes the router that picks each request's engine in the
+	// load generator (lb is then Caddy's cookie policy): the oracle, and
+	// the peers' algorithms.
+	routed func(engines []*engine, pool *atomic.Int32) router
 }
+
+// byCookie is the lb of the policies whose load generator picks the
+// engine: Caddy's cookie policy, least_conn for a request without the
+// cookie.
+var byCookie = fmt.Sprintf("lb_policy cookie %s %s {\n\tfallback least_conn\n}", oracleCookie, oracleSecret)
 
 // The tiered scenario: the upstream at expensiveIndex (u4) is a pricier
 // tier of its own, the others are the cheap tier, and every upstream
@@ -38,7 +48,11 @@ var affinityPolicies = []affinityPolicy{
 	{name: "sticky_bf100", lb: "lb_policy session_sticky {\n\tname affinity\n\tbalance_factor 1.0\n}", keeping: true},
 	{name: "sticky_lc", lb: "lb_policy session_sticky {\n\tname affinity\n\tfallback least_conn\n}", keeping: true},
 	{name: "sticky_tiers", lb: "lb_policy session_sticky {\n\tname affinity\n%s}\nunhealthy_request_count " + fmt.Sprint(tierRoom), keeping: true, tiered: true},
-	{name: "oracle", lb: fmt.Sprintf("lb_policy cookie %s %s {\n\tfallback least_conn\n}", oracleCookie, oracleSecret), oracle: true},
+	{name: "oracle", lb: byCookie, routed: func(e []*engine, p *atomic.Int32) router { return newOracle(e, p) }},
+	// The peers' algorithms, not run by default.
+	{name: "peer_ring", lb: byCookie, routed: func(e []*engine, p *atomic.Int32) router { return newRingRouter(e, p) }},
+	{name: "peer_prefix", lb: byCookie, routed: func(e []*engine, p *atomic.Int32) router { return newPrefixRouter(e, p) }},
+	{name: "peer_least", lb: byCookie, routed: func(e []*engine, p *atomic.Int32) router { return leastLoaded{e, p} }},
 }
 
 // defaultPolicies are the policies a run compares unless told otherwise.

@@ -17,6 +17,9 @@ var policyTitles = map[string]string{
 	"sticky_bf110":   "`session_keeping` + `lb_policy session_sticky { balance_factor 1.1 }`: a tighter bound on the load of the upstream a new session is placed on",
 	"sticky_bf100":   "`session_keeping` + `lb_policy session_sticky { balance_factor 1.0 }`: new sessions only on upstreams below the mean load",
 	"sticky_lc":      "`session_keeping` + `lb_policy session_sticky { fallback least_conn }`: new sessions placed on the least loaded upstream instead of by rendezvous hashing",
+	"peer_ring":      "vLLM production-stack's session router, emulated in the load generator (Caddy's `cookie` policy sends each request where it picked, with the same failover): requests with the session header go where the session key hashes on a consistent-hash ring of the engines (160 points each), others to the least loaded engine (the router picks the lowest QPS)",
+	"peer_prefix":    "SGLang's cache-aware router (sgl-router), emulated the same way with its default thresholds (cache_threshold 0.3, balance_abs_threshold 64, balance_rel_threshold 1.5): an approximate prefix tree per engine of the prompts sent there, as large as the engine's cache; while the load is balanced, the engine matching the longest prefix if it matches over 30 % of the prompt, else the one with the smallest tree; when it is not, the least loaded",
+	"peer_least":     "a least-loaded router, emulated the same way: the engine with the fewest requests in flight",
 	"oracle":         "the yardstick: the load generator sees every engine's cache and load, and sends each request (through Caddy's `cookie` policy, with the same failover) to the engine holding the longest cached prefix of its prompt; a conversation's first request goes to the least loaded engine",
 }
 

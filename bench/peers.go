@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/binary"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// The routers of the systems users would pick instead of this plugin,
+// emulated in the load generator as the oracle is: each picks the engine
+// of a request by its own algorithm, and Caddy's cookie policy sends it
+// there with the same failover as every other policy.
+
+// aliveEngines returns the indexes of the engines in Caddy's pool that
+// serve.
+func aliveEngines(engines []*engine, pool *atomic.Int32) []int {
+	var out []int
+	for i, e := range engines[:pool.Load()] {
+		if e.alive() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// leastLoaded sends every request to the engine with the fewest requests
+// in flight.
+type leastLoaded struct {
+	engines []*engine
+	pool    *atomic.Int32
+}
+
+func (l leastLoaded) route(routeRequest) int {
+	return leastLoadedOf(l.engines, aliveEngines(l.engines, l.pool))
+}
+
+// leastLoadedOf returns the engine of candidates with the fewest requests
+// in flight (the first among equals), or -1.
+func leastLoadedOf(engines []*engine, candidates []int) int {
+	best, bestLoad := -1, int64(0)
+	for _, i := range candidates {
+		if load := engines[i].inFlight.Load(); best < 0 || load < bestLoad {
+			best, bestLoad = i, load
+		}
+	}
+	return best
+}
+
+// ringVnodes is how many points each engine has on the hash ring, as the
+// hash ring library of vLLM's production-stack router has by default.
+const ringVnodes = 160
+
+// ringRouter is the session router of vLLM's production-stack: requests
+// that carry the session header go to the engine the session key hashes to
+// on a consistent-hash ring of the engines; requests without it go to the
+// least loaded engine (the router picks the lowest QPS; load in flight
+// stands for it here).
+type ringRouter struct {
+	engines []*engine
+	pool    *atomic.Int32
+
+	mu      sync.Mutex // guards the ring
+	members []int      // the engines the ring was built over
+	points  []ringPoint
+}
+
+type ringPoint struct {
+	hash   uint64
+	engine int
+}
+
+func newRingRouter(engines []*engine, pool *atomic.Int32) *ringRouter {
+	return &ringRouter{engines: engines, pool: pool}
+}
+
+func (r *ringRouter) route(req routeRequest) int {
+	alive := aliveEngines(r.engines, r.pool)
+	if req.session == "" || len(alive) == 0 {
+		return leastLoadedOf(r.engines, alive)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !slices.Equal(alive, r.members) {
+		r.members, r.points = alive, r.points[:0]
+		for _, i := range alive {
+			for v := range ringVnodes {
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], uint64(v))
+				r.points = append(r.points, ringPoint{xxhash.Sum64String(r.engines[i].addr + string(b[:])), i})
+			}
+		}
+		slices.SortFunc(r.points, func(a, b ringPoint) int {
+			if a.hash < b.hash {
+				return -1
+			}
+			if a.hash > b.hash {
+				return 1
+			}
+			return 0
+		})
+	}
+	h := xxhash.Sum64String(req.session)
+	k, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int {
+		if p.hash < h {
+			return -1
+		}
+		if p.hash > h {
+			return 1
+		}
+		return 0
+	})
+	return r.points[k%len(r.points)].engine
+}
+
+// The cache-aware router of SGLang (sgl-router), with its default
+// thresholds: cache_threshold 0.3, balance_abs_threshold 64,
+// balance_rel_threshold 1.5.
+const (
+	prefixCacheThreshold = 0.3
+	prefixBalanceAbs     = 64
+	prefixBalanceRel     = 1.5
+)
+
+// prefixRouter keeps an approximate prefix tree per engine of the prompts
+// it sent there. While the load is balanced (the busiest engine has no
+// more than balance_abs_threshold requests more than the idlest, or no
+// more than balance_rel_threshold times as many), a request goes to the
+// engine whose tree matches the longest prefix of its prompt when that
+// match is above cache_threshold of the prompt, and else to the engine
+// with the smallest tree (the most room); when the load is not balanced,
+// to the least loaded engine. Either way its prompt joins that engine's
+// tree. A tree holds at most as many blocks as its engine's cache, the
+// oldest going first.
+type prefixRouter struct {
+	engines []*engine
+	pool    *atomic.Int32
+
+	mu    sync.Mutex // guards the trees
+	trees []prefixTree
+}
+
+// prefixTree is the set of prompt prefixes sent to one engine, by the
+// hash of their last block (a block's hash covers the whole prefix
+// through it), with the order they came in, for eviction.
+type prefixTree struct {
+	blocks map[uint64]struct{}
+	order  []uint64 // a ring once full
+	next   int
+	max    int
+}
+
+func newPrefixRouter(engines []*engine, pool *atomic.Int32) *prefixRouter {
+	r := &prefixRouter{engines: engines, pool: pool}
+	for _, e := range engines {
+		r.trees = append(r.trees, prefixTree{blocks: map[uint64]struct{}{}, max: max(e.blocks, 1)})
+	}
+	return r
+}
+
+func (r *prefixRouter) route(req routeRequest) int {
+	alive := aliveEngines(r.engines, r.pool)
+	if len(alive) == 0 {
+		return -1
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	minLoad, maxLoad := int64(-1), int64(0)
+	for _, i := range alive {
+		load := r.engines[i].inFlight.Load()
+		if minLoad < 0 || load < minLoad {
+			minLoad = load
+		}
+		maxLoad = max(maxLoad, load)
+	}
+	var pick int
+	if maxLoad-minLoad > prefixBalanceAbs && float64(maxLoad) > prefixBalanceRel*float64(minLoad) {
+		pick = leastLoadedOf(r.engines, alive)
+	} else {
+		best, bestMatch := -1, -1
+		for _, i := range alive {
+			if m := r.trees[i].match(req.blocks); m > bestMatch {
+				best, bestMatch = i, m
+			}
+		}
+		pick = best
+		if len(req.blocks) == 0 || float64(bestMatch)/float64(len(req.blocks)) <= prefixCacheThreshold {
+			for _, i := range alive {
+				if len(r.trees[i].blocks) < len(r.trees[pick].blocks) {
+					pick = i
+				}
+			}
+		}
+	}
+	r.trees[pick].insert(req.blocks)
+	return pick
+}
+
+// match returns how many leading blocks of a prompt the tree holds.
+func (t *prefixTree) match(blocks []uint64) int {
+	n := 0
+	for n < len(blocks) {
+		if _, ok := t.blocks[blocks[n]]; !ok {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// insert adds every prefix of a prompt, evicting the oldest when full.
+func (t *prefixTree) insert(blocks []uint64) {
+	for _, b := range blocks {
+		if _, ok := t.blocks[b]; ok {
+			continue
+		}
+		if len(t.order) < t.max {
+			t.order = append(t.order, b)
+		} else {
+			delete(t.blocks, t.order[t.next])
+			t.order[t.next] = b
+			t.next = (t.next + 1) % t.max
+		}
+		t.blocks[b] = struct{}{}
+	}
+}
