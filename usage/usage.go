@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/sessionkeeping/caddy-session-keeping/internal/jsonscan"
 )
 
 // Usage is what an answer reported.
@@ -345,8 +347,8 @@ func lastUsage(doc []byte) (obj []byte, gemini bool) {
 			i = j
 			continue
 		}
-		if j = skipSpace(doc, j); j < len(doc) && doc[j] == ':' {
-			if j = skipSpace(doc, j+1); j < len(doc) && doc[j] == '{' {
+		if j = jsonscan.SkipSpace(doc, j); j < len(doc) && doc[j] == ':' {
+			if j = jsonscan.SkipSpace(doc, j+1); j < len(doc) && doc[j] == '{' {
 				obj, gemini = doc[j:], g
 			}
 		}
@@ -354,48 +356,19 @@ func lastUsage(doc []byte) (obj []byte, gemini bool) {
 	}
 }
 
-// skipSpace returns the index of the first byte at or after i that is not
-// JSON white space.
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
 // member returns the raw value of the member key of the JSON object that
 // starts obj (obj may run on past it), or nil. Keys are compared as they
 // are written: the APIs' usage keys are never escaped.
 func member(obj []byte, key string) []byte {
-	if len(obj) == 0 || obj[0] != '{' {
-		return nil
-	}
-	for i := 1; ; {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] != '"' {
-			return nil
-		}
-		kEnd := skipString(obj, i)
-		if kEnd < 0 {
-			return nil
-		}
-		k := obj[i+1 : kEnd-1]
-		if i = skipSpace(obj, kEnd); i >= len(obj) || obj[i] != ':' {
-			return nil
-		}
-		i = skipSpace(obj, i+1)
-		vEnd := skipValue(obj, i)
-		if vEnd < 0 {
-			return nil
-		}
+	var v []byte
+	jsonscan.EachMember(obj, func(k, value []byte) bool {
 		if string(k) == key {
-			return obj[i:vEnd]
+			v = value
+			return false
 		}
-		if i = skipSpace(obj, vEnd); i >= len(obj) || obj[i] != ',' {
-			return nil
-		}
-		i++
-	}
+		return true
+	})
+	return v
 }
 
 // intMember returns the member key of the object that starts obj as an
@@ -426,52 +399,4 @@ func intMember(obj []byte, key string) (int64, bool) {
 		n = -n
 	}
 	return n, true
-}
-
-// skipString returns the index just past the string whose opening quote is
-// at b[i], or -1.
-func skipString(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return -1
-}
-
-// skipValue returns the index just past the JSON value at b[i], or -1.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				if j = skipString(b, j); j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\r' && b[j] != '\t' {
-		j++
-	}
-	return j
 }
