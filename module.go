@@ -160,12 +160,13 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // handler's share of the body budget and registers the plugin's metrics.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.readUsage = h.ReadUsage == nil || *h.ReadUsage
 	cfg, err := h.resolverConfig()
 	if err != nil {
 		return err
 	}
 	cfg.Buffers = bodyBuffers
-	if h.ReadUsage == nil || *h.ReadUsage {
+	if h.readUsage {
 		// Links are learned from the answers' ids, which need reading.
 		cfg.Linked = upstreams.LinkedSession
 	}
@@ -177,7 +178,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.Scope = DefaultScope
 	}
 	h.logRaw = h.RecordIDs == "raw"
-	h.readUsage = h.ReadUsage == nil || *h.ReadUsage
 	if h.pools, err = provisionKeyPools(h.KeyPools); err != nil {
 		return err
 	}

@@ -76,29 +76,42 @@ func (w *outcomeWriter) Write(b []byte) (int, error) {
 		w.started(http.StatusOK)
 	}
 	if w.usage != nil {
-		w.usage.Write(b)
-		if !w.linked && w.session != nil {
-			if id := w.usage.ResponseID(); id != "" {
-				w.linked = true
-				upstreams.LinkResponse(session.NewKey(w.scope, id), w.session.Key)
-			}
-		}
+		w.read(b)
 	}
 	return w.ResponseWriterWrapper.Write(b)
 }
 
+// ReadFrom keeps the underlying writer's ReadFrom; with usage reading,
+// each piece is read as it is taken from r, before it is written.
 func (w *outcomeWriter) ReadFrom(r io.Reader) (int64, error) {
 	if w.status == 0 {
 		w.started(http.StatusOK)
 	}
 	if w.usage != nil {
-		return io.Copy(writerOnly{w}, r) // through Write, which reads the usage
+		r = io.TeeReader(r, usageTee{w})
 	}
 	return w.ResponseWriterWrapper.ReadFrom(r)
 }
 
-// writerOnly hides every method of a writer but Write.
-type writerOnly struct{ io.Writer }
+// read reads the usage from a piece of the answer, and links a Responses
+// answer to its session as soon as its id has gone past.
+func (w *outcomeWriter) read(b []byte) {
+	w.usage.Write(b)
+	if !w.linked && w.session != nil {
+		if id := w.usage.ResponseID(); id != "" {
+			w.linked = true
+			upstreams.LinkResponse(session.NewKey(w.scope, id), w.session.Key)
+		}
+	}
+}
+
+// usageTee is the writer an io.TeeReader gives what ReadFrom takes.
+type usageTee struct{ w *outcomeWriter }
+
+func (t usageTee) Write(b []byte) (int, error) {
+	t.w.read(b)
+	return len(b), nil
+}
 
 // Interface guards
 var (

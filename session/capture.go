@@ -229,30 +229,21 @@ func (b *heldBody) Close() error {
 	return b.rest.Close()
 }
 
-// release tells the body that the handler needs its bytes no more: the
-// response has started. The buffer goes back to the pool now, or when the
-// reader in the middle of it finishes.
-func (b *heldBody) release() {
+// letGoOf tells the body that the handler needs its bytes no more. The
+// buffer goes back to the pool now, unless a reader is in the middle of it:
+// then it goes back when that reader finishes, or, when the handler is
+// returning (final), it leaves the budget at once and is never reused.
+func (b *heldBody) letGoOf(final bool) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.letGo = true
-	if b.off == 0 || b.off == b.size || b.closed {
+	switch {
+	case b.off == 0 || b.off == b.size || b.closed:
 		b.releaseLocked()
-	}
-	b.mu.Unlock()
-}
-
-// abandon is release for the handler's return: a buffer that a reader is
-// still in the middle of leaves the budget and is not reused.
-func (b *heldBody) abandon() {
-	b.mu.Lock()
-	b.letGo = true
-	if b.off == 0 || b.off == b.size || b.closed {
-		b.releaseLocked()
-	} else if b.buf != nil {
+	case final && b.buf != nil:
 		b.pool.Forget(b.buf)
 		b.pool = nil // the reader keeps the bytes; nobody returns them
 	}
-	b.mu.Unlock()
 }
 
 // releaseLocked returns the buffer to the pool. b.mu is held.
@@ -288,7 +279,7 @@ func (b *heldBody) resize(n int) {
 // kind are left alone.
 func Release(body io.ReadCloser) {
 	if b, ok := body.(*heldBody); ok {
-		b.release()
+		b.letGoOf(false)
 	}
 }
 
@@ -297,7 +288,7 @@ func Release(body io.ReadCloser) {
 // off the budget for good.
 func Abandon(body io.ReadCloser) {
 	if b, ok := body.(*heldBody); ok {
-		b.abandon()
+		b.letGoOf(true)
 	}
 }
 
