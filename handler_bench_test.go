@@ -13,17 +13,23 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
+// provisioned provisions h for a benchmark and cleans it up after.
+func provisioned(b *testing.B, h *Handler) *Handler {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	b.Cleanup(cancel)
+	if err := h.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Cleanup() })
+	return h
+}
+
 // BenchmarkHandlerHeader measures what session_keeping adds to a request
 // whose session is in a header, with a next handler that does nothing but
 // answer: the resolution, the placeholders, the context, the writer
 // wrapper and the history.
 func BenchmarkHandlerHeader(b *testing.B) {
-	h := new(Handler)
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	defer cancel()
-	if err := h.Provision(ctx); err != nil {
-		b.Fatal(err)
-	}
+	h := provisioned(b, new(Handler))
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		w.WriteHeader(http.StatusOK)
 		return nil
@@ -68,13 +74,7 @@ func BenchmarkHandlerBaseline(b *testing.B) {
 // handler that reads and closes the body as a transport does, then
 // answers: reading, holding, scanning and releasing the body.
 func BenchmarkHandlerBody(b *testing.B) {
-	h := new(Handler)
-	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-	defer cancel()
-	if err := h.Provision(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer h.Cleanup()
+	h := provisioned(b, new(Handler))
 	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		io.Copy(io.Discard, r.Body)
 		r.Body.Close()
@@ -107,13 +107,7 @@ func BenchmarkHandlerUsage(b *testing.B) {
 	reply := []byte(`{"id":"chatcmpl-bench","object":"chat.completion","model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
 	for _, on := range []bool{true, false} {
 		b.Run(map[bool]string{true: "on", false: "off"}[on], func(b *testing.B) {
-			h := &Handler{ReadUsage: &on}
-			ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
-			defer cancel()
-			if err := h.Provision(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer h.Cleanup()
+			h := provisioned(b, &Handler{ReadUsage: &on})
 			next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 				w.Header().Set("Content-Type", "application/json")
 				w.Write(reply)
