@@ -231,6 +231,7 @@ func (l *Log) Session(key session.Key) (Summary, []Request, bool) {
 func (r *record) export() Summary {
 	s := r.summary
 	s.Key = r.key.String()
+	s.Tokens = s.Tokens.exported()
 	return s
 }
 

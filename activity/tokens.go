@@ -18,7 +18,8 @@ type Tokens struct {
 	// upstream read from its prompt cache.
 	PromptTokens int64 `json:"prompt_tokens"`
 	CachedTokens int64 `json:"cached_tokens"`
-	// CachedRatio is CachedTokens / PromptTokens (0 with no tokens).
+	// CachedRatio is CachedTokens / PromptTokens (0 with no tokens), filled
+	// in when the totals are handed out.
 	CachedRatio float64 `json:"cached_ratio"`
 	// Answers counts the answers whose usage was read.
 	Answers int64 `json:"answers"`
@@ -28,10 +29,14 @@ func (t *Tokens) add(prompt, cached int64) {
 	t.PromptTokens += prompt
 	t.CachedTokens += cached
 	t.Answers++
-	t.CachedRatio = 0
+}
+
+// exported returns the totals with their ratio.
+func (t Tokens) exported() Tokens {
 	if t.PromptTokens > 0 {
 		t.CachedRatio = float64(t.CachedTokens) / float64(t.PromptTokens)
 	}
+	return t
 }
 
 // A session turns cold after coldAfter hit requests in a row, each with a
@@ -106,7 +111,7 @@ func (l *Log) Upstreams() []UpstreamTokens {
 	cold := l.coldLocked()
 	out := make([]UpstreamTokens, 0, len(l.upstreams))
 	for u, t := range l.upstreams {
-		out = append(out, UpstreamTokens{Upstream: u, Tokens: *t, ColdSessions: cold[u]})
+		out = append(out, UpstreamTokens{Upstream: u, Tokens: t.exported(), ColdSessions: cold[u]})
 	}
 	for u, n := range cold {
 		if l.upstreams[u] == nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/binary"
 	"slices"
 	"sync"
@@ -92,26 +93,10 @@ func (r *ringRouter) route(req routeRequest) int {
 				r.points = append(r.points, ringPoint{xxhash.Sum64String(r.engines[i].addr + string(b[:])), i})
 			}
 		}
-		slices.SortFunc(r.points, func(a, b ringPoint) int {
-			if a.hash < b.hash {
-				return -1
-			}
-			if a.hash > b.hash {
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(r.points, func(a, b ringPoint) int { return cmp.Compare(a.hash, b.hash) })
 	}
 	h := xxhash.Sum64String(req.session)
-	k, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int {
-		if p.hash < h {
-			return -1
-		}
-		if p.hash > h {
-			return 1
-		}
-		return 0
-	})
+	k, _ := slices.BinarySearchFunc(r.points, h, func(p ringPoint, h uint64) int { return cmp.Compare(p.hash, h) })
 	return r.points[k%len(r.points)].engine
 }
 

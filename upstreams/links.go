@@ -2,6 +2,7 @@ package upstreams
 
 import (
 	"encoding/hex"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,20 +70,11 @@ func LinkedSession(response session.Key) (session.Key, bool) {
 func linkStores() []LinkStore {
 	var out []LinkStore
 	for _, p := range Policies() {
-		if ls, ok := p.store.(LinkStore); ok && !containsStore(out, ls) {
+		if ls, ok := p.store.(LinkStore); ok && !slices.Contains(out, ls) {
 			out = append(out, ls)
 		}
 	}
 	return out
-}
-
-func containsStore(list []LinkStore, s LinkStore) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // linkTable is a bounded map of response links with expiry. Each shard
