@@ -1,6 +1,9 @@
 package session
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
 // This file finds dates (and the time of day that follows one) in the text
 // of a conversation's opening. Agents write today's date into their system
@@ -207,11 +210,9 @@ func isDay(tok []byte) bool {
 	if n < 0 {
 		return false
 	}
-	switch suffix := string(bytes.ToLower(tok[n:])); suffix {
-	case "", "st", "nd", "rd", "th":
-		return true
-	}
-	return false
+	suffix := string(tok[n:])
+	return suffix == "" || strings.EqualFold(suffix, "st") || strings.EqualFold(suffix, "nd") ||
+		strings.EqualFold(suffix, "rd") || strings.EqualFold(suffix, "th")
 }
 
 var (

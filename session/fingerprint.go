@@ -565,8 +565,9 @@ func (h *hasher) stringAt(b []byte, i int, m mode) (uint64, int) {
 		tagged := mayBeTagged(c)
 		if tagged || mayHaveDate(c) {
 			text := h.decoded(c, escaped)
-			h.injected = tagged && injectedOnly(text)
-			return h.textHash(cutInjected(text)), end
+			kept, only := cutInjected(text)
+			h.injected = only
+			return h.textHash(kept), end
 		}
 	}
 	// Nothing to leave out: the text as it is, decoded on the fly.

@@ -34,8 +34,8 @@ const maxTagName = 64
 
 // cutInjected returns text without the injected blocks at its start and its
 // end and the white space around them, or text as it is when nothing else
-// would remain.
-func cutInjected(text []byte) []byte {
+// would remain; only reports that case, text of injected blocks only.
+func cutInjected(text []byte) (kept []byte, only bool) {
 	rest := bytes.TrimSpace(text)
 	cut := false
 	for {
@@ -53,26 +53,9 @@ func cutInjected(text []byte) []byte {
 		rest, cut = bytes.TrimRight(rest[:start], " \t\r\n"), true
 	}
 	if !cut || len(rest) == 0 {
-		return text
+		return text, cut
 	}
-	return rest
-}
-
-// injectedOnly reports whether text is nothing but injected blocks and
-// white space.
-func injectedOnly(text []byte) bool {
-	rest := bytes.TrimSpace(text)
-	if len(rest) == 0 {
-		return false
-	}
-	for len(rest) > 0 {
-		end := blockAt(rest)
-		if end < 0 {
-			return false
-		}
-		rest = bytes.TrimLeft(rest[end:], " \t\r\n")
-	}
-	return true
+	return rest, false
 }
 
 // blockAt returns the end of the context block <name …>…</name> that

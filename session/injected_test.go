@@ -26,7 +26,7 @@ func TestCutInjected(t *testing.T) {
 		{"a < b and c > d", "a < b and c > d"},
 	}
 	for _, tc := range tests {
-		if got := string(cutInjected([]byte(tc.in))); got != tc.want {
+		if got, _ := cutInjected([]byte(tc.in)); string(got) != tc.want {
 			t.Errorf("cutInjected(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -39,8 +39,8 @@ func TestCutInjected(t *testing.T) {
 		"":                   false,
 		"<system-reminder>x": false,
 	} {
-		if got := injectedOnly([]byte(in)); got != want {
-			t.Errorf("injectedOnly(%q) = %v", in, got)
+		if _, got := cutInjected([]byte(in)); got != want {
+			t.Errorf("cutInjected(%q) reports injected only %v", in, got)
 		}
 	}
 }
@@ -221,11 +221,11 @@ func FuzzTextRules(f *testing.F) {
 			}
 			at = end
 		}
-		cut := cutInjected(text)
+		cut, only := cutInjected(text)
 		if len(cut) > len(text) || (len(cut) > 0 && !strings.Contains(s, string(cut))) {
 			t.Fatalf("cutInjected(%q) = %q, not part of the text", s, cut)
 		}
-		if injectedOnly(text) && string(cut) != s {
+		if only && string(cut) != s {
 			t.Fatalf("%q is injected context only, yet cut to %q", s, cut)
 		}
 	})
