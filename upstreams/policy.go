@@ -312,10 +312,11 @@ func (p *StickySelection) Select(upstreams reverseproxy.UpstreamPool, r *http.Re
 	}
 	if s == nil {
 		p.firstAttempt(upstreams) // remembers the pool for the admin API
-		choose := func(c reverseproxy.UpstreamPool) *reverseproxy.Upstream { return p.fallback.Select(c, r, w) }
-		up := choose(candidates)
+		up := p.fallback.Select(candidates, r, w)
 		if up == nil && p.tiers != nil {
-			up = p.tiers.spillSessionless(upstreams, home, choose)
+			up = p.tiers.spillSessionless(upstreams, home, func(c reverseproxy.UpstreamPool) *reverseproxy.Upstream {
+				return p.fallback.Select(c, r, w)
+			})
 		}
 		countDecision(dialOf(up), session.DecisionNone)
 		return up
