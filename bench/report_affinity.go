@@ -154,12 +154,10 @@ baseline of the same run.
 
 `)
 		rows = nil
-		for _, p := range []policyResult{tiered} {
-			if plain, ok := res.policy("session_sticky"); ok {
-				rows = append(rows, tierRow(plain))
-			}
-			rows = append(rows, tierRow(p))
+		if plain, ok := res.policy("session_sticky"); ok {
+			rows = append(rows, tierRow(plain))
 		}
+		rows = append(rows, tierRow(tiered))
 		table(&b, []string{"Policy", "requests on u4", "share of requests", "share of prompt tokens", "cached-token ratio", "failed"}, rows)
 	}
 

@@ -68,7 +68,8 @@ const (
 )
 
 // Reader reads the usage of one answer from the bytes written to it. It
-// keeps at most headSize+tailSize bytes of the answer whatever its length.
+// keeps at most headSize+tailSize bytes of the answer whatever its length,
+// and as much again to read them together.
 // The zero Reader reads nothing; use NewReader.
 type Reader struct {
 	mode  byte // modeOff, modeJSON or modeSSE
