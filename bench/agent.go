@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -27,25 +29,44 @@ type agents struct {
 	end       time.Time // no request starts after this
 	tally     *tally
 	failures  reasons // of failed requests
+	cuts      reasons // of answers cut off after they started, resent
 	drops     reasons // of connections lost before an answer, resent
 
 	dropsAtReload atomic.Int64 // lost just after a config reload
+
+	// Each client's conversation so far in tokens (its last prompt and
+	// reply), for the working set.
+	context []atomic.Int64
 }
 
-// run is one client's life.
+// workingSet returns the tokens of every client's conversation so far:
+// what the engines' caches would hold to miss nothing.
+func (a *agents) workingSet() int64 {
+	var n int64
+	for i := range a.context {
+		n += a.context[i].Load()
+	}
+	return n
+}
+
+// run is one client's life. Its first conversation is joined at a turn
+// of the workload's choosing, so that a run starts with conversations of
+// every age, as a gateway's traffic does, and not all at their first turn.
 func (a *agents) run(c client) {
 	sleepUntil(a.start.Add(c.start))
-	for n := 0; a.converse(c, a.w.conversation(c.index, n)); n++ {
+	for n := 0; a.converse(c, a.w.conversation(c.index, n), a.w.joinAt(c.index, n)); n++ {
 	}
+	a.context[c.index].Store(0)
 }
 
-// converse plays one conversation; it returns false when the run ended
-// first.
-func (a *agents) converse(c client, conv conversation) bool {
+// converse plays one conversation from turn from on; the earlier turns
+// are history, with the replies any engine would have given. It returns
+// false when the run ended first.
+func (a *agents) converse(c client, conv conversation, from int) bool {
 	system := a.w.systems[conv.system]
 	msgs := appendMessage(nil, "system", system)
-	var hist *blockHasher // the prompt's blocks, for the router
-	if a.router != nil {
+	var hist *blockHasher // the prompt's blocks, for the router and the history
+	if a.router != nil || from > 0 {
 		hist = newBlockHasher(a.blockSize)
 		hist.message("system", system)
 	}
@@ -55,25 +76,36 @@ func (a *agents) converse(c client, conv conversation) bool {
 		if hist != nil {
 			hist.message("user", t.user)
 		}
-		body := a.body(c, conv, msgs, t.maxTokens)
 		var reply string
-		for {
-			if time.Now().After(a.end) {
-				return false
+		if i < from {
+			prompt := hist.clone()
+			prompt.token(genMarker)
+			reply = generate(prompt, t.maxTokens)
+		} else {
+			body := a.body(c, conv, msgs, t.maxTokens)
+			for {
+				if time.Now().After(a.end) {
+					return false
+				}
+				var ok bool
+				if reply, ok = a.send(c, conv, body, hist, i == from); ok {
+					break
+				}
+				// An agent retries a failed call after a pause.
+				time.Sleep(t.think)
 			}
-			var ok bool
-			if reply, ok = a.send(c, conv, body, hist, i == 0); ok {
-				break
-			}
-			// An agent retries a failed call after a pause.
-			time.Sleep(t.think)
 		}
 		msgs = append(msgs, ',')
 		msgs = appendMessage(msgs, "assistant", reply)
 		if hist != nil {
 			hist.message("assistant", reply)
+			if a.router == nil && i+1 >= from {
+				hist = nil // caught up; only a router needs it now
+			}
 		}
-		time.Sleep(t.think)
+		if i >= from {
+			time.Sleep(t.think)
+		}
 	}
 	return true
 }
@@ -83,7 +115,7 @@ func (a *agents) converse(c client, conv conversation) bool {
 // session id as prompt_cache_key after the messages.
 func (a *agents) body(c client, conv conversation, msgs []byte, maxTokens int) []byte {
 	b := make([]byte, 0, len(msgs)+128)
-	b = append(b, `{"model":"bench-agent","max_tokens":`...)
+	b = append(b, `{"model":"bench-agent","stream":true,"stream_options":{"include_usage":true},"max_tokens":`...)
 	b = strconv.AppendInt(b, int64(maxTokens), 10)
 	b = append(b, `,"messages":[`...)
 	b = append(b, msgs...)
@@ -109,7 +141,7 @@ var clientBackoff = []time.Duration{50 * time.Millisecond, 200 * time.Millisecon
 // the request succeeded.
 func (a *agents) send(c client, conv conversation, body []byte, hist *blockHasher, first bool) (string, bool) {
 	var cookie string
-	if hist != nil {
+	if a.router != nil {
 		prompt := hist.clone()
 		prompt.token(genMarker)
 		r := routeRequest{blocks: prompt.blocks, first: first}
@@ -121,6 +153,7 @@ func (a *agents) send(c client, conv conversation, body []byte, hist *blockHashe
 		}
 	}
 	var resp *http.Response
+	var sent time.Time
 	for attempt := 0; ; attempt++ {
 		req, _ := http.NewRequest(http.MethodPost, a.url, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -131,6 +164,7 @@ func (a *agents) send(c client, conv conversation, body []byte, hist *blockHashe
 			req.AddCookie(&http.Cookie{Name: oracleCookie, Value: cookie})
 		}
 		var err error
+		sent = time.Now()
 		if resp, err = a.client.Do(req); err == nil {
 			break
 		}
@@ -142,26 +176,91 @@ func (a *agents) send(c client, conv conversation, body []byte, hist *blockHashe
 		time.Sleep(clientBackoff[attempt])
 	}
 	defer resp.Body.Close()
-	var out chatResponse
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, resp.Body)
 		a.fail(errors.New(resp.Status))
 		return "", false
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) == 0 {
-		a.fail(fmt.Errorf("bad response: %v", err))
+	ans, err := readStream(resp.Body, sent)
+	if err != nil {
+		// The answer had started, so no proxy could retry it; an agent
+		// sends the request again.
+		a.cut(err)
 		return "", false
 	}
-	a.tally.add(time.Since(a.t0), out.Usage.PromptTokens, out.Usage.PromptTokensDetails.CachedTokens, false)
-	return out.Choices[0].Message.Content, true
+	computed, _ := strconv.Atoi(resp.Header.Get(headerComputed))
+	a.context[c.index].Store(int64(ans.usage.PromptTokens + ans.usage.CompletionTokens))
+	a.tally.answer(time.Since(a.t0), answer{
+		prompt: ans.usage.PromptTokens, cached: ans.usage.PromptTokensDetails.CachedTokens,
+		computed: computed, ttft: ans.ttft,
+	})
+	return ans.reply, true
+}
+
+// streamedAnswer is what a client read from a streamed answer.
+type streamedAnswer struct {
+	reply string
+	usage chatUsage
+	ttft  time.Duration // from sending the request to its first token
+}
+
+// readStream reads a streamed chat completion to its end. sent is when
+// the request went out.
+func readStream(body io.Reader, sent time.Time) (streamedAnswer, error) {
+	var ans streamedAnswer
+	var reply strings.Builder
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	usage, done := false, false
+	for sc.Scan() {
+		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
+		if !ok {
+			continue
+		}
+		if string(data) == "[DONE]" {
+			done = true
+			break
+		}
+		var c chatChunk
+		if err := json.Unmarshal(data, &c); err != nil {
+			return ans, fmt.Errorf("bad event: %v", err)
+		}
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			if reply.Len() == 0 {
+				ans.ttft = time.Since(sent)
+			}
+			reply.WriteString(c.Choices[0].Delta.Content)
+		}
+		if c.Usage != nil {
+			ans.usage, usage = *c.Usage, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return ans, err
+	}
+	if !done || !usage || reply.Len() == 0 {
+		return ans, errors.New("answer cut short")
+	}
+	ans.reply = reply.String()
+	return ans, nil
 }
 
 // fail records a failed request and why it failed.
 func (a *agents) fail(err error) {
 	at := time.Since(a.t0)
-	a.tally.add(at, 0, 0, true)
+	a.tally.fail(at)
 	if a.tally.bucket(at) >= 0 {
 		a.failures.add(reason(err, at, a.tally.run))
+	}
+}
+
+// cut records an answer cut off after it started; the client resends the
+// request.
+func (a *agents) cut(err error) {
+	at := time.Since(a.t0)
+	if a.tally.bucket(at) >= 0 {
+		a.tally.cut(at)
+		a.cuts.add(reason(err, at, a.tally.run))
 	}
 }
 

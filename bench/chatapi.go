@@ -10,6 +10,7 @@ type (
 		Model     string        `json:"model"`
 		MaxTokens int           `json:"max_tokens"`
 		Messages  []chatMessage `json:"messages"`
+		Stream    bool          `json:"stream"`
 	}
 
 	chatMessage struct {
@@ -29,6 +30,27 @@ type (
 		Index        int         `json:"index"`
 		Message      chatMessage `json:"message"`
 		FinishReason string      `json:"finish_reason"`
+	}
+
+	// chatChunk is one event of a streamed answer; the last one has no
+	// choices and the usage.
+	chatChunk struct {
+		ID      string        `json:"id"`
+		Object  string        `json:"object"`
+		Model   string        `json:"model"`
+		Choices []chunkChoice `json:"choices"`
+		Usage   *chatUsage    `json:"usage,omitempty"`
+	}
+
+	chunkChoice struct {
+		Index        int       `json:"index"`
+		Delta        chatDelta `json:"delta"`
+		FinishReason string    `json:"finish_reason,omitempty"`
+	}
+
+	chatDelta struct {
+		Role    string `json:"role,omitempty"`
+		Content string `json:"content,omitempty"`
 	}
 
 	chatUsage struct {

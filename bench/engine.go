@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,31 +26,44 @@ type latencyModel struct {
 
 // service returns the time a request takes.
 func (m latencyModel) service(uncached, generated int) time.Duration {
-	return m.Base + time.Duration(uncached)*m.Prefill + time.Duration(generated)*m.Decode
+	return m.prefill(uncached) + time.Duration(generated)*m.Decode
+}
+
+// prefill returns the time to the first token once the request runs.
+func (m latencyModel) prefill(uncached int) time.Duration {
+	return m.Base + time.Duration(uncached)*m.Prefill
 }
 
 // engine is an emulated inference engine (a vLLM or SGLang replica): an
 // OpenAI chat endpoint that tokenizes the prompt, looks it up in its
-// prefix cache, reports the hit as cached_tokens, and answers with a
-// reply derived from the prompt alone, so every engine gives the same
-// reply to the same prompt.
+// prefix cache when the request is scheduled, reports the hit as
+// cached_tokens, and answers with a reply derived from the prompt alone,
+// so every engine gives the same reply to the same prompt. It runs at most
+// seqs sequences at once, as an engine's batch is bounded (vLLM's
+// max_num_seqs); later requests wait for a free one, and that wait is
+// part of their time to first token.
 type engine struct {
-	name      string
-	addr      string // host:port, kept across restarts
-	blockSize int
-	blocks    int // cache capacity in blocks
-	latency   latencyModel
+	name        string
+	addr        string // host:port, kept across restarts
+	blockSize   int
+	blocks      int // cache capacity in blocks
+	seqs        int // sequences served at once; 0 for no bound
+	streamEvery int // generated tokens per streamed event after the first
+	latency     latencyModel
+	computed    *blockSet // every block any engine of the fleet has computed; may be nil
 
 	cache    atomic.Pointer[prefixCache]
-	inFlight atomic.Int64
+	inFlight atomic.Int64 // requests received and not yet answered, waiting ones included
 
 	// The answers sent whole since the engine was made, and their usage:
 	// prompt tokens and cached prompt tokens.
 	served, reportedPrompt, reportedCached atomic.Int64
 
-	mu   sync.Mutex
-	srv  *http.Server
-	done chan struct{} // closed when this incarnation stops
+	mu    sync.Mutex
+	ln    net.Listener
+	srv   *http.Server
+	done  chan struct{} // closed when this incarnation stops
+	slots chan struct{} // a token per running sequence; nil for no bound
 }
 
 // start serves on the engine's address with an empty cache, like an
@@ -66,9 +80,13 @@ func (e *engine) start() error {
 	}
 	e.cache.Store(newPrefixCache(e.blocks))
 	done := make(chan struct{})
-	e.done = done
+	var slots chan struct{}
+	if e.seqs > 0 {
+		slots = make(chan struct{}, e.seqs)
+	}
+	e.ln, e.done, e.slots = ln, done, slots
 	e.srv = &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.serve(w, r, done) }),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.serve(w, r, done, slots) }),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go e.srv.Serve(ln)
@@ -84,6 +102,9 @@ func (e *engine) stop() {
 		return
 	}
 	close(e.done)
+	// The listener is closed here too: Serve may not have taken it over
+	// yet, and then the server's Close would leave it open.
+	e.ln.Close()
 	e.srv.Close()
 	e.srv = nil
 }
@@ -101,8 +122,18 @@ func (e *engine) cachedBlocks(blocks []uint64) int {
 	return e.cache.Load().peek(blocks)
 }
 
-// serve answers one chat completion request.
-func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struct{}) {
+// Response headers of the emulated engines, read by the load generator.
+const (
+	// The prompt tokens whose prefix some engine of the fleet had
+	// computed before: what an ideal router with unbounded caches could
+	// have found cached.
+	headerComputed = "X-Engine-Computed-Tokens"
+	// The engine that answered.
+	headerEngine = "X-Engine"
+)
+
+// serve answers one chat completion request, streamed or whole.
+func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struct{}, slots chan struct{}) {
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
@@ -129,37 +160,128 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struc
 	h.token(genMarker)
 	promptTokens, promptBlocks := h.n, len(h.blocks)
 	reply := generate(h, req.MaxTokens)
+
+	// Wait for a free sequence; a killed engine drops the connection
+	// without an answer, as a crashed one does.
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		case <-done:
+			panic(http.ErrAbortHandler)
+		case <-r.Context().Done():
+			return
+		}
+	}
 	cached := e.cache.Load().admit(h.blocks, promptBlocks) * e.blockSize
-
-	t := time.NewTimer(e.latency.service(promptTokens-cached, req.MaxTokens))
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-done:
-		// Killed: drop the connection without an answer, as a crashed
-		// engine does, rather than let the server finish the response.
-		panic(http.ErrAbortHandler)
-	case <-r.Context().Done():
-		return
+	computed := promptTokens
+	if e.computed != nil {
+		computed = e.computed.admit(h.blocks, promptBlocks) * e.blockSize
+	}
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-done:
+			panic(http.ErrAbortHandler)
+		case <-r.Context().Done():
+			return false
+		}
 	}
 
-	resp := chatResponse{
-		ID:      fmt.Sprintf("chatcmpl-%016x", h.h),
-		Object:  "chat.completion",
-		Model:   req.Model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: reply}, FinishReason: "length"}},
+	usage := chatUsage{PromptTokens: promptTokens, CompletionTokens: req.MaxTokens, TotalTokens: promptTokens + req.MaxTokens}
+	usage.PromptTokensDetails.CachedTokens = cached
+	id := fmt.Sprintf("chatcmpl-%016x", h.h)
+	w.Header().Set(headerEngine, e.name)
+	w.Header().Set(headerComputed, strconv.Itoa(computed))
+	var ok bool
+	if req.Stream {
+		ok = e.stream(w, &req, id, reply, usage, wait)
+	} else {
+		if !wait(e.latency.service(promptTokens-cached, req.MaxTokens)) {
+			return
+		}
+		resp := chatResponse{
+			ID: id, Object: "chat.completion", Model: req.Model, Usage: usage,
+			Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: reply}, FinishReason: "length"}},
+		}
+		w.Header().Set("Content-Type", "application/json")
+		ok = json.NewEncoder(w).Encode(&resp) == nil
 	}
-	resp.Usage.PromptTokens = promptTokens
-	resp.Usage.CompletionTokens = req.MaxTokens
-	resp.Usage.TotalTokens = promptTokens + req.MaxTokens
-	resp.Usage.PromptTokensDetails.CachedTokens = cached
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Engine", e.name)
-	if json.NewEncoder(w).Encode(&resp) == nil {
+	if ok {
 		e.served.Add(1)
 		e.reportedPrompt.Add(int64(promptTokens))
 		e.reportedCached.Add(int64(cached))
 	}
+}
+
+// stream sends the reply as server-sent events, the way vLLM and SGLang
+// stream chat completions: the first token once the prompt is prefilled,
+// then the rest as they are decoded, streamEvery tokens an event, then the
+// usage (the client asks for it with stream_options.include_usage) and
+// [DONE]. Every event is flushed. It reports whether the whole answer
+// was sent.
+func (e *engine) stream(w http.ResponseWriter, req *chatRequest, id, reply string, usage chatUsage, wait func(time.Duration) bool) bool {
+	words := strings.Split(reply, " ")
+	if reply == "" {
+		words = nil
+	}
+	every := max(e.streamEvery, 1)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	flusher, _ := w.(http.Flusher)
+	var buf []byte
+	send := func(c *chatChunk) bool {
+		buf = append(buf[:0], "data: "...)
+		b, _ := json.Marshal(c)
+		buf = append(append(buf, b...), "\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	chunk := chatChunk{ID: id, Object: "chat.completion.chunk", Model: req.Model, Choices: []chunkChoice{{}}}
+
+	if !wait(e.latency.prefill(usage.PromptTokens - usage.PromptTokensDetails.CachedTokens)) {
+		return false
+	}
+	for i := 0; i < len(words); {
+		// The first event carries the first token alone: its time is
+		// the time to first token.
+		n := every
+		if i == 0 {
+			n = 1
+		} else if !wait(time.Duration(min(n, len(words)-i)) * e.latency.Decode) {
+			return false
+		}
+		end := min(i+n, len(words))
+		text := strings.Join(words[i:end], " ")
+		if i > 0 {
+			text = " " + text
+		}
+		chunk.Choices[0].Delta = chatDelta{Content: text}
+		if i == 0 {
+			chunk.Choices[0].Delta.Role = "assistant"
+		}
+		if end == len(words) {
+			chunk.Choices[0].FinishReason = "length"
+		}
+		if !send(&chunk) {
+			return false
+		}
+		i = end
+	}
+	last := chatChunk{ID: id, Object: "chat.completion.chunk", Model: req.Model, Choices: []chunkChoice{}, Usage: &usage}
+	if !send(&last) {
+		return false
+	}
+	_, err := io.WriteString(w, "data: [DONE]\n\n")
+	return err == nil
 }
 
 // generate appends n reply tokens to h and returns their text. The words

@@ -15,19 +15,25 @@ const sampleEvery = 20 * time.Millisecond
 // imbalance of a phase is the mean of its samples: 1 is perfectly even;
 // with four upstreams, 1.25 means the busiest one carries a quarter more
 // than its share.
+//
+// It also samples the working set: the tokens of every client's
+// conversation so far.
 type loadSampler struct {
-	engines []*engine
-	pool    *atomic.Int32
-	tally   *tally
-	t0      time.Time
+	engines    []*engine
+	pool       *atomic.Int32
+	tally      *tally
+	t0         time.Time
+	workingSet func() int64
 
-	mu     sync.Mutex
-	sum    [phases]float64
-	counts [phases]int
+	mu      sync.Mutex
+	sum     [phases]float64
+	counts  [phases]int
+	wsSum   float64
+	wsCount int
 }
 
-func newLoadSampler(engines []*engine, pool *atomic.Int32, t *tally, t0 time.Time) *loadSampler {
-	return &loadSampler{engines: engines, pool: pool, tally: t, t0: t0}
+func newLoadSampler(engines []*engine, pool *atomic.Int32, t *tally, t0 time.Time, workingSet func() int64) *loadSampler {
+	return &loadSampler{engines: engines, pool: pool, tally: t, t0: t0, workingSet: workingSet}
 }
 
 // run samples until stop is closed.
@@ -44,12 +50,16 @@ func (s *loadSampler) run(stop <-chan struct{}) {
 		if phase < 0 {
 			continue
 		}
-		if v, ok := s.sample(); ok {
-			s.mu.Lock()
+		ws := float64(s.workingSet())
+		v, ok := s.sample()
+		s.mu.Lock()
+		if ok {
 			s.sum[phase] += v
 			s.counts[phase]++
-			s.mu.Unlock()
 		}
+		s.wsSum += ws
+		s.wsCount++
+		s.mu.Unlock()
 	}
 }
 
@@ -89,4 +99,14 @@ func (s *loadSampler) mean(phase int) float64 {
 		return 0
 	}
 	return sum / float64(n)
+}
+
+// meanWorkingSet returns the mean sampled working set, in tokens.
+func (s *loadSampler) meanWorkingSet() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wsCount == 0 {
+		return 0
+	}
+	return s.wsSum / float64(s.wsCount)
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,10 +44,10 @@ type options struct {
 
 func parseFlags() (options, error) {
 	var o options
-	var kinds, policies string
+	var kinds, policies, scenarioPolicies, pressures string
 	flag.StringVar(&o.part, "part", "all", "which part to run: overhead, affinity or all")
 	flag.StringVar(&o.out, "out", "BENCHMARKS.md", "the report to write; a part not run keeps its section")
-	flag.StringVar(&o.svg, "svg", "bench/affinity.svg", "the affinity chart to write, linked from the report")
+	flag.StringVar(&o.svg, "svg", "bench/affinity.svg", "the affinity chart to write, linked from the report; the cache-pressure chart goes beside it as scenarios.svg")
 	flag.StringVar(&o.caddy, "caddy", "", "a Caddy binary with the plugin (default: go build ./cmd/caddy)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (Caddyfiles, Caddy logs, profiles) and print its path")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of every request body and of the agent workload")
@@ -72,17 +73,30 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&af.Workload.ThinkMax, "think-max", 200*time.Millisecond, "affinity: longest think time between turns")
 	flag.IntVar(&af.BlockSize, "block", 16, "affinity: tokens per prefix-cache block")
 	flag.IntVar(&af.CacheTokens, "cache-tokens", 0, "affinity: prefix-cache capacity per engine in tokens (default: twice an engine's fair share of the working set)")
-	flag.DurationVar(&af.Warmup, "affinity-warmup", 8*time.Second, "affinity: unmeasured start of each policy's run")
-	flag.DurationVar(&af.Run, "run", 32*time.Second, "affinity: measured length of each policy's run")
+	flag.DurationVar(&af.Warmup, "affinity-warmup", 3*time.Second, "affinity: unmeasured start of each policy's run through the events")
+	flag.DurationVar(&af.Run, "run", 24*time.Second, "affinity: measured length of each policy's run through the events")
 	flag.IntVar(&af.Buckets, "buckets", 40, "affinity: time buckets of the chart (a multiple of 4)")
 	flag.DurationVar(&af.Latency.Base, "latency-base", 5*time.Millisecond, "affinity: engine time per request")
 	flag.DurationVar(&af.Latency.Prefill, "latency-prefill", 4*time.Microsecond, "affinity: engine time per uncached prompt token")
 	flag.DurationVar(&af.Latency.Decode, "latency-decode", 1500*time.Microsecond, "affinity: engine time per generated token")
-	flag.StringVar(&policies, "policies", strings.Join(defaultPolicies, ","), "affinity: comma-separated policies, of "+strings.Join(policyNames(), ", "))
+	flag.IntVar(&af.Seqs, "seqs", 32, "affinity: sequences an engine serves at once (later requests wait); 0 for no bound")
+	flag.IntVar(&af.StreamEvery, "stream-every", 16, "affinity: generated tokens per streamed event after the first")
+	flag.StringVar(&policies, "policies", strings.Join(defaultPolicies, ","), "affinity: comma-separated policies of the events run, of "+strings.Join(policyNames(), ", "))
+	flag.StringVar(&pressures, "pressures", "0.5,1,2", "affinity: comma-separated cache-pressure scenarios, each the working set over the fleet's whole cache; empty for none")
+	flag.StringVar(&scenarioPolicies, "scenario-policies", strings.Join(defaultScenarioPolicies, ","), "affinity: comma-separated policies of each cache-pressure scenario")
+	flag.DurationVar(&af.ScenarioWarmup, "scenario-warmup", 2*time.Second, "affinity: unmeasured start of each scenario run")
+	flag.DurationVar(&af.ScenarioRun, "scenario-run", 6*time.Second, "affinity: measured length of each scenario run")
 	flag.Parse()
 
 	ov.Seed, af.Workload.Seed = o.seed, o.seed
-	ov.Kinds, af.Policies = splitList(kinds), splitList(policies)
+	ov.Kinds, af.Policies, af.ScenarioPolicies = splitList(kinds), splitList(policies), splitList(scenarioPolicies)
+	for _, f := range splitList(pressures) {
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 {
+			return o, fmt.Errorf("-pressures: %q is not a positive number", f)
+		}
+		af.Pressures = append(af.Pressures, v)
+	}
 	switch o.part {
 	case "all", "overhead", "affinity":
 	default:
@@ -91,8 +105,10 @@ func parseFlags() (options, error) {
 	switch {
 	case ov.Rounds < 1 || ov.Concurrency < 1 || ov.Upstreams < 1 || ov.Window <= 0:
 		return o, fmt.Errorf("overhead: -rounds, -concurrency, -sinks and -window must be positive")
-	case af.Upstreams < 2 || af.Workload.Clients < 1 || af.BlockSize < 1 || af.Run <= 0 || af.Buckets < phases:
+	case af.Upstreams < 2 || af.Workload.Clients < 1 || af.BlockSize < 1 || af.Run <= 0 || af.ScenarioRun <= 0 || af.Buckets < phases:
 		return o, fmt.Errorf("affinity: need at least 2 upstreams, 1 conversation, a block, a run and %d buckets", phases)
+	case af.Seqs < 0 || af.StreamEvery < 1:
+		return o, fmt.Errorf("affinity: -seqs must be at least 0 and -stream-every at least 1")
 	case af.Workload.MinTurns < 1 || af.Workload.MaxTurns < af.Workload.MinTurns:
 		return o, fmt.Errorf("affinity: -min-turns must be at least 1 and at most -max-turns")
 	case af.Workload.ThinkMin < 0 || af.Workload.ThinkMax < af.Workload.ThinkMin:
@@ -157,7 +173,9 @@ func run() error {
 		}
 	}
 	if o.part != "overhead" {
-		env.logf("affinity part: %d policies × %s", len(o.affinity.Policies), o.affinity.Warmup+o.affinity.Run)
+		af := o.affinity
+		env.logf("affinity part: %d policies × %s, then %d scenarios × %d policies × %s", len(af.Policies), af.Warmup+af.Run,
+			len(af.Pressures), len(af.ScenarioPolicies), af.ScenarioWarmup+af.ScenarioRun)
 		if rep.affinity, err = runAffinity(env, o.affinity); err != nil {
 			return err
 		}

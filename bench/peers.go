@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/sessionkeeping/caddy-session-keeping/upstreams"
 )
 
 // The routers of the systems users would pick instead of this plugin,
@@ -110,37 +112,34 @@ const (
 )
 
 // prefixRouter keeps an approximate prefix tree per engine of the prompts
-// it sent there. While the load is balanced (the busiest engine has no
-// more than balance_abs_threshold requests more than the idlest, or no
-// more than balance_rel_threshold times as many), a request goes to the
-// engine whose tree matches the longest prefix of its prompt when that
-// match is above cache_threshold of the prompt, and else to the engine
-// with the smallest tree (the most room); when the load is not balanced,
-// to the least loaded engine. Either way its prompt joins that engine's
-// tree. A tree holds at most as many blocks as its engine's cache, the
-// oldest going first.
+// it sent there; it never learns what the engine evicted. While the load
+// is balanced (the busiest engine has no more than balance_abs_threshold
+// requests more than the idlest, or no more than balance_rel_threshold
+// times as many), a request goes to the engine whose tree matches the
+// longest prefix of its prompt when that match is above cache_threshold
+// of the prompt, and else to the engine with the smallest tree; when the
+// load is not balanced, to the least loaded engine. Either way its prompt
+// joins that engine's tree. The router's own eviction runs every 120 s
+// (eviction_interval_secs) and keeps 2^26 characters an engine
+// (max_tree_size), more than a run here sends, so the trees keep
+// everything.
+//
+// Among engines that match equally far (a shared system prompt), sgl-router
+// takes whichever its tree node lists first, an order fixed by hashing;
+// here a hash of the matched prefix and the engine decides, so that each
+// shared prefix has its own fixed engine, as there.
 type prefixRouter struct {
 	engines []*engine
 	pool    *atomic.Int32
 
-	mu    sync.Mutex // guards the trees
-	trees []prefixTree
-}
-
-// prefixTree is the set of prompt prefixes sent to one engine, by the
-// hash of their last block (a block's hash covers the whole prefix
-// through it), with the order they came in, for eviction.
-type prefixTree struct {
-	blocks map[uint64]struct{}
-	order  []uint64 // a ring once full
-	next   int
-	max    int
+	mu    sync.Mutex            // guards the trees
+	trees []map[uint64]struct{} // per engine, the hash of every prompt prefix sent there
 }
 
 func newPrefixRouter(engines []*engine, pool *atomic.Int32) *prefixRouter {
 	r := &prefixRouter{engines: engines, pool: pool}
-	for _, e := range engines {
-		r.trees = append(r.trees, prefixTree{blocks: map[uint64]struct{}{}, max: max(e.blocks, 1)})
+	for range engines {
+		r.trees = append(r.trees, map[uint64]struct{}{})
 	}
 	return r
 }
@@ -164,50 +163,43 @@ func (r *prefixRouter) route(req routeRequest) int {
 	if maxLoad-minLoad > prefixBalanceAbs && float64(maxLoad) > prefixBalanceRel*float64(minLoad) {
 		pick = leastLoadedOf(r.engines, alive)
 	} else {
-		best, bestMatch := -1, -1
-		for _, i := range alive {
-			if m := r.trees[i].match(req.blocks); m > bestMatch {
-				best, bestMatch = i, m
-			}
-		}
-		pick = best
-		if len(req.blocks) == 0 || float64(bestMatch)/float64(len(req.blocks)) <= prefixCacheThreshold {
-			for _, i := range alive {
-				if len(r.trees[i].blocks) < len(r.trees[pick].blocks) {
-					pick = i
-				}
-			}
-		}
+		pick = r.longestMatch(req.blocks, alive)
 	}
-	r.trees[pick].insert(req.blocks)
+	for _, b := range req.blocks {
+		r.trees[pick][b] = struct{}{}
+	}
 	return pick
 }
 
-// match returns how many leading blocks of a prompt the tree holds.
-func (t *prefixTree) match(blocks []uint64) int {
-	n := 0
-	for n < len(blocks) {
-		if _, ok := t.blocks[blocks[n]]; !ok {
-			break
+// longestMatch returns the engine of alive whose tree matches the longest
+// prefix of blocks, if that is more than the cache threshold of the
+// prompt, and else the engine with the smallest tree.
+func (r *prefixRouter) longestMatch(blocks []uint64, alive []int) int {
+	best, bestMatch, bestRank := -1, 0, uint64(0)
+	for _, i := range alive {
+		m := 0
+		for m < len(blocks) {
+			if _, ok := r.trees[i][blocks[m]]; !ok {
+				break
+			}
+			m++
 		}
-		n++
-	}
-	return n
-}
-
-// insert adds every prefix of a prompt, evicting the oldest when full.
-func (t *prefixTree) insert(blocks []uint64) {
-	for _, b := range blocks {
-		if _, ok := t.blocks[b]; ok {
+		if m == 0 {
 			continue
 		}
-		if len(t.order) < t.max {
-			t.order = append(t.order, b)
-		} else {
-			delete(t.blocks, t.order[t.next])
-			t.order[t.next] = b
-			t.next = (t.next + 1) % t.max
+		rank := upstreams.Mix64(blocks[m-1] ^ uint64(i+1)*0x9e3779b97f4a7c15)
+		if m > bestMatch || m == bestMatch && rank > bestRank {
+			best, bestMatch, bestRank = i, m, rank
 		}
-		t.blocks[b] = struct{}{}
 	}
+	if best >= 0 && float64(bestMatch) > prefixCacheThreshold*float64(len(blocks)) {
+		return best
+	}
+	smallest := alive[0]
+	for _, i := range alive[1:] {
+		if len(r.trees[i]) < len(r.trees[smallest]) {
+			smallest = i
+		}
+	}
+	return smallest
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 )
@@ -81,10 +82,31 @@ func TestPrefixRouter(t *testing.T) {
 	}
 }
 
-func TestPrefixTreeBound(t *testing.T) {
-	tree := prefixTree{blocks: map[uint64]struct{}{}, max: 3}
-	tree.insert([]uint64{1, 2, 3, 4, 5})
-	if len(tree.blocks) != 3 || tree.match([]uint64{3, 4, 5}) != 3 || tree.match([]uint64{1}) != 0 {
-		t.Fatalf("tree %v", tree.blocks)
+func TestPrefixRouterTies(t *testing.T) {
+	engines, pool := testEngines(4, 1000)
+	r := newPrefixRouter(engines, pool)
+	// Two shared prefixes (system prompts), known to every engine.
+	shared := [][]uint64{{1, 2, 3, 4, 5, 6}, {21, 22, 23, 24, 25, 26}}
+	for i := range engines {
+		for _, p := range shared {
+			for _, b := range p {
+				r.trees[i][b] = struct{}{}
+			}
+		}
 	}
+	// New conversations after a shared prefix: each prefix has one fixed
+	// engine, whichever conversation follows it.
+	var picks []int
+	for _, p := range shared {
+		want := -1
+		for c := range 20 {
+			got := r.route(routeRequest{blocks: append(slices.Clone(p), uint64(1000+c))})
+			if want >= 0 && got != want {
+				t.Fatalf("prefix %v: conversation %d went to %d, the others to %d", p, c, got, want)
+			}
+			want = got
+		}
+		picks = append(picks, want)
+	}
+	t.Logf("the two shared prefixes went to %v", picks)
 }

@@ -55,8 +55,14 @@ var affinityPolicies = []affinityPolicy{
 	{name: "peer_least", lb: byCookie, routed: func(e []*engine, p *atomic.Int32) router { return leastLoaded{e, p} }},
 }
 
-// defaultPolicies are the policies a run compares unless told otherwise.
-var defaultPolicies = []string{"round_robin", "least_conn", "random", "header", "session_sticky", "sticky_tiers", "oracle"}
+// defaultPolicies are the policies the events run compares unless told
+// otherwise.
+var defaultPolicies = []string{"round_robin", "least_conn", "header", "session_sticky", "sticky_tiers", "oracle"}
+
+// defaultScenarioPolicies are the policies each cache-pressure scenario
+// compares unless told otherwise: session_sticky, the peers' routers and
+// the oracle.
+var defaultScenarioPolicies = []string{"session_sticky", "peer_ring", "peer_prefix", "peer_least", "oracle"}
 
 // policyNames lists every known policy.
 func policyNames() []string {

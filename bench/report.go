@@ -44,18 +44,32 @@ func (r *report) write(out, svg string) error {
 		if err := os.MkdirAll(filepath.Dir(svg), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(svg, []byte(affinityChart(r.affinity)), 0o644); err != nil {
-			return err
+		// The scenarios' chart goes next to the run's.
+		scenariosSVG := filepath.Join(filepath.Dir(svg), "scenarios.svg")
+		if len(r.affinity.Policies) > 0 {
+			if err := os.WriteFile(svg, []byte(affinityChart(r.affinity)), 0o644); err != nil {
+				return err
+			}
 		}
-		link, err := filepath.Rel(filepath.Dir(out), svg)
-		if err != nil {
-			link = svg
+		if len(r.affinity.Scenarios) > 0 {
+			if err := os.WriteFile(scenariosSVG, []byte(scenariosChart(r.affinity)), 0o644); err != nil {
+				return err
+			}
 		}
-		b.WriteString(section(sectionAffinity, r.affinitySection(filepath.ToSlash(link))))
+		b.WriteString(section(sectionAffinity, r.affinitySection(relLink(out, svg), relLink(out, scenariosSVG))))
 	} else {
 		b.WriteString(keptSection(old, sectionAffinity, "-part affinity"))
 	}
 	return os.WriteFile(out, []byte(b.String()), 0o644)
+}
+
+// relLink returns the link from the report out to file.
+func relLink(out, file string) string {
+	link, err := filepath.Rel(filepath.Dir(out), file)
+	if err != nil {
+		link = file
+	}
+	return filepath.ToSlash(link)
 }
 
 func (r *report) header() string {
@@ -64,10 +78,13 @@ func (r *report) header() string {
 Written by ` + "`make bench`" + `, the program in [` + "`bench/`" + `](bench): two parts, the
 **overhead** of ` + "`session_keeping`" + ` + ` + "`lb_policy session_sticky`" + ` against
 stock Caddy policies, and the **affinity** it buys: the share of prompt
-tokens that inference engines find in their prefix cache, per
-load-balancing policy, through an upstream failure and a scale-out.
+tokens that inference engines find in their prefix cache, the time to
+first token and the throughput, per load-balancing policy: through an
+upstream failure and a scale-out, and with caches too small for the
+working set, against the routers of vLLM's production stack and SGLang.
 
-- Rerun both parts: ` + "`make bench`" + ` (within 10 minutes on 2 cores). One
+- Rerun both parts: ` + "`make bench`" + ` (within 10 minutes on 2 cores; larger
+  runs with ` + "`-conversations`" + `, ` + "`-run`" + `, ` + "`-scenario-run`" + ` and ` + "`-pressures`" + `). One
   part: ` + "`go run ./bench -part overhead`" + ` or ` + "`go run ./bench -part affinity`" + `; the
   other part's section below is kept as it is. Sizes and durations:
   ` + "`go run ./bench -h`" + `; with make, ` + "`make bench BENCHFLAGS='-rounds 10'`" + `.

@@ -23,8 +23,9 @@ var policyTitles = map[string]string{
 	"oracle":         "the yardstick: the load generator sees every engine's cache and load, and sends each request (through Caddy's `cookie` policy, with the same failover) to the engine holding the longest cached prefix of its prompt; a conversation's first request goes to the least loaded engine",
 }
 
-// affinitySection is the report's affinity part.
-func (r *report) affinitySection(chart string) string {
+// affinitySection is the report's affinity part: the workload and the
+// engines, the run through events, then the cache-pressure scenarios.
+func (r *report) affinitySection(chart, scenariosChart string) string {
 	res := r.affinity
 	cfg := res.Config
 	w := cfg.Workload
@@ -36,39 +37,60 @@ func (r *report) affinitySection(chart string) string {
 history as an OpenAI chat body: a system prompt (one of %d shared ones,
 %d–%d words, as few agent harnesses serve many users), the first user
 turn (%d–%d words), then tool results (%d–%d words) and replies (%d–%d
-tokens). Between turns a client thinks %s–%s (times are scaled down from
-seconds). %d %% of the clients send an `+"`X-Session-Id`"+` header, %d %% a
+tokens), streamed. Between turns a client thinks %s–%s (times are scaled
+down from seconds). %d %% of the clients send an `+"`X-Session-Id`"+` header, %d %% a
 `+"`prompt_cache_key`"+` body field, the other %d %% only replay the history
-(auto-detection). The same seed gives the same clients, conversations and
-messages; an engine's reply depends only on the prompt, so every policy
-sees the same workload.
+(auto-detection). Each client joins its first conversation at a random
+turn, sending the history so far, so that a run starts with
+conversations of every age, as a gateway's traffic does. The same seed
+gives the same clients, conversations and messages; an engine's reply
+depends only on the prompt, so every policy sees the same workload.
 
-**Engines.** %d emulated inference engines (one more joins at 75 %%) serve
-`+"`/v1/chat/completions`"+` like vLLM or SGLang with prefix caching: a word is a
-token, each message starts with a role token and the prompt ends with the
-assistant's; tokens form %d-token blocks identified by a hash chained over
-the whole prefix, so a block hits only when everything before it matches;
-an LRU cache of %d tokens per engine keeps the blocks of the prompts and
-replies it served (the tail of a conversation is evicted before its head);
-the answer reports the hit as `+"`usage.prompt_tokens_details.cached_tokens`"+`.
-The working set is about %.0fk tokens (%d conversations × %.0f prompt tokens
-per request on average), so an engine's cache holds %.0f %% of it: %.1f× an
-engine's fair share. An engine takes %s + %s per uncached prompt token + %s
-per generated token to answer.
-
-**Policies**, one Caddy process each, with fresh engines, on the same
-workload:
+**Engines.** %d emulated inference engines serve `+"`/v1/chat/completions`"+`
+like vLLM or SGLang with prefix caching: a word is a token, each message
+starts with a role token and the prompt ends with the assistant's;
+tokens form %d-token blocks identified by a hash chained over the whole
+prefix, so a block hits only when everything before it matches; an LRU
+cache of a set number of tokens per engine keeps the blocks of the
+prompts and replies it served (the tail of a conversation is evicted
+before its head); the answer reports the hit as
+`+"`usage.prompt_tokens_details.cached_tokens`"+`. An engine runs at most %d
+sequences at once (vLLM's `+"`max_num_seqs`"+`, scaled down); a request beyond
+them waits for one to end. A running request takes %s + %s per uncached
+prompt token to its first token, then %s per generated token, streamed
+%d tokens an event after the first. The working set is about %.0fk tokens
+(%d conversations × %.0f prompt tokens per request on average).
 
 `, w.Clients, w.Seed, w.MinTurns, w.MaxTurns, systemPrompts, systemMinWords, systemMaxWords,
 		firstUserMin, firstUserMax, userMinWords, userMaxWords, replyMinTokens, replyMaxTokens,
 		w.ThinkMin, w.ThinkMax, headerPercent, bodyPercent, 100-headerPercent-bodyPercent,
-		cfg.Upstreams, cfg.BlockSize, cfg.CacheTokens, res.WorkingSet/1000, w.Clients, res.MeanPrompt,
-		100*float64(cfg.CacheTokens)/res.WorkingSet, float64(cfg.CacheTokens*cfg.Upstreams)/res.WorkingSet,
-		cfg.Latency.Base, cfg.Latency.Prefill, cfg.Latency.Decode)
-	for _, p := range res.Policies {
-		fmt.Fprintf(&b, "- **%s**: %s\n", p.Name, policyTitles[p.Name])
+		cfg.Upstreams, cfg.BlockSize, cfg.Seqs, cfg.Latency.Base, cfg.Latency.Prefill, cfg.Latency.Decode,
+		cfg.StreamEvery, res.WorkingSet/1000, w.Clients, res.MeanPrompt)
+	if len(res.Policies) > 0 {
+		r.eventsRun(&b, chart)
 	}
-	fmt.Fprintf(&b, `
+	if len(res.Scenarios) > 0 {
+		b.WriteString(r.scenariosSection(scenariosChart))
+	}
+	return b.String()
+}
+
+// eventsRun writes the run through the kill, restore, reload and
+// scale-out.
+func (r *report) eventsRun(b *strings.Builder, chart string) {
+	res := r.affinity
+	cfg := res.Config
+	fmt.Fprintf(b, `### Through failures and a scale-out
+
+Each engine's cache holds %d tokens, %.0f %% of the working set: %.1f×
+an engine's fair share. **Policies**, one Caddy process each, with fresh
+engines, on the same workload:
+
+`, cfg.CacheTokens, 100*float64(cfg.CacheTokens)/res.WorkingSet, float64(cfg.CacheTokens*cfg.Upstreams)/res.WorkingSet)
+	for _, p := range res.Policies {
+		fmt.Fprintf(b, "- **%s**: %s\n", p.Name, policyTitles[p.Name])
+	}
+	fmt.Fprintf(b, `
 Every policy has the same failover in its `+"`reverse_proxy`"+` block (durations
 scaled down like the rest):
 
@@ -78,15 +100,14 @@ The request body a retry sends again is kept by `+"`request_buffers 4MiB`"+` in
 the stock policies' blocks, and by `+"`session_keeping { buffer_bodies on }`"+`
 where the plugin runs (its recipe: one copy, held until the response starts).
 
-**Run.** Per policy, %s of warm-up (not measured: conversations spread
-out over their lifetimes and caches fill), then %s measured, with these
-events:
+**Run.** Per policy, %s of warm-up (not measured: caches fill), then %s
+measured, with these events:
 
 `, failover, cfg.Warmup, cfg.Run)
 	for _, ev := range runEvents {
-		fmt.Fprintf(&b, "- at %.1f %%: %s\n", 100*ev.at, ev.detail)
+		fmt.Fprintf(b, "- at %.1f %%: %s\n", 100*ev.at, ev.detail)
 	}
-	fmt.Fprintf(&b, `
+	fmt.Fprintf(b, `
 **Definitions.**
 
 - *Cached-token ratio*: the sum of `+"`cached_tokens`"+` over the sum of
@@ -100,17 +121,25 @@ events:
   Caddy closes idle keep-alive connections when it reloads its config, and
   a request written onto one at that moment is lost. %s (reasons and
   times below).
+- *Cut off (resent)*: a streamed answer that ended before its last event,
+  because its engine was killed mid-answer. Its first events had reached
+  the client, so Caddy could not retry it elsewhere (no proxy can); the
+  agent sent the request again, as agents do when a stream breaks.
 - *Load imbalance*: every %s, over the engines in the pool and alive, the
-  most requests in flight at one engine divided by the mean; averaged over
-  the samples with any request in flight. 1 is perfectly even; with four
-  engines, 1.25 means the busiest carries a quarter more than its share.
+  most requests in flight at one engine (running or waiting) divided by
+  the mean; averaged over the samples with any request in flight. 1 is
+  perfectly even; with four engines, 1.25 means the busiest carries a
+  quarter more than its share.
+- *TTFT*: time to first token, from sending a request to reading its
+  first streamed token, at the client, through Caddy, over the measured
+  run; *req/s*: answered requests per second of it.
 
 `, clientBackoff[0], clientBackoff[1], dropSummary(res), sampleEvery)
 
-	b.WriteString("### Targets\n\n")
-	targetList(&b, affinityTargets(res))
+	b.WriteString("#### Targets\n\n")
+	targetList(b, affinityTargets(res))
 
-	b.WriteString("### Results\n\n")
+	b.WriteString("#### Results\n\n")
 	oracle, hasOracle := res.policy("oracle")
 	var rows [][]string
 	for _, p := range res.Policies {
@@ -122,15 +151,16 @@ events:
 		if hasOracle {
 			vs = ratio(fraction64(p.Phases[0].Ratio(), oracle.Phases[0].Ratio()))
 		}
-		row = append(row, vs, fmt.Sprint(p.Requests), fmt.Sprint(p.Failed), fmt.Sprint(p.Dropped), fmt.Sprintf("%.2f", p.Imbalance))
+		row = append(row, vs, ms(p.TTFT50), ms(p.TTFT99), fmt.Sprintf("%.0f", p.Throughput),
+			fmt.Sprint(p.Requests), fmt.Sprint(p.Failed), fmt.Sprint(p.Dropped), fmt.Sprint(p.Cut), fmt.Sprintf("%.2f", p.Imbalance))
 		rows = append(rows, row)
 	}
 	head := []string{"Policy", "cached-token ratio"}
 	for _, n := range phaseNames {
 		head = append(head, n)
 	}
-	head = append(head, "steady state vs oracle", "requests", "failed", "dropped conn. (resent)", "load imbalance")
-	table(&b, head, rows)
+	head = append(head, "steady state vs oracle", "TTFT p50", "TTFT p99", "req/s", "requests", "failed", "dropped conn. (resent)", "cut off (resent)", "load imbalance")
+	table(b, head, rows)
 
 	b.WriteString("Load imbalance by phase:\n\n")
 	rows = nil
@@ -141,12 +171,12 @@ events:
 		}
 		rows = append(rows, append(row, fmt.Sprintf("%.2f", p.Imbalance)))
 	}
-	table(&b, append(append([]string{"Policy"}, phaseNames[:]...), "run"), rows)
+	table(b, append(append([]string{"Policy"}, phaseNames[:]...), "run"), rows)
 
-	fmt.Fprintf(&b, "![Cached-token ratio over the run, per policy](%s)\n\n", chart)
+	fmt.Fprintf(b, "![Cached-token ratio over the run, per policy](%s)\n\n", chart)
 
 	if tiered, ok := res.policy("sticky_tiers"); ok {
-		b.WriteString("### Tiered scenario\n\n")
+		b.WriteString("#### Tiered scenario\n\n")
 		b.WriteString(`Own replicas first, a provider when they are full: the cost is what the
 pricier engine (u4) served, over every answer of the run, warm-up
 included. ` + "`session_sticky`" + ` over the same engines as one plain pool is the
@@ -158,7 +188,7 @@ baseline of the same run.
 			rows = append(rows, tierRow(plain))
 		}
 		rows = append(rows, tierRow(tiered))
-		table(&b, []string{"Policy", "requests on u4", "share of requests", "share of prompt tokens", "cached-token ratio", "failed"}, rows)
+		table(b, []string{"Policy", "requests on u4", "share of requests", "share of prompt tokens", "cached-token ratio", "failed"}, rows)
 	}
 
 	b.WriteString(`The same ratio over every answer of the run, warm-up included, as the
@@ -179,18 +209,17 @@ off by the engine's kill) counts for the engine only.
 			fmt.Sprintf("%.3f points", 100*(plug-eng)),
 			fmt.Sprintf("%d / %d", p.PluginPrompt, p.EnginePrompt)})
 	}
-	table(&b, []string{"Policy", "engines' totals", "session_keeping's reading", "difference", "prompt tokens read / reported"}, rows)
+	table(b, []string{"Policy", "engines' totals", "session_keeping's reading", "difference", "prompt tokens read / reported"}, rows)
 
-	b.WriteString("Failures and dropped connections (the time is in percent of the measured run):\n\n")
+	b.WriteString("Failures, dropped connections and answers cut off (the time is in percent of the measured run):\n\n")
+	none := func(s string) string {
+		if s == "" {
+			return "none"
+		}
+		return s
+	}
 	for _, p := range res.Policies {
-		f, d := p.FailureReasons, p.DropReasons
-		if f == "" {
-			f = "none"
-		}
-		if d == "" {
-			d = "none"
-		}
-		fmt.Fprintf(&b, "- %s: failed: %s; dropped: %s\n", p.Name, f, d)
+		fmt.Fprintf(b, "- %s: failed: %s; dropped: %s; cut off: %s\n", p.Name, none(p.FailureReasons), none(p.DropReasons), none(p.CutReasons))
 	}
 	b.WriteString("\n")
 
@@ -207,10 +236,9 @@ off by the engine's kill) counts for the engine only.
 		for _, k := range keys {
 			parts = append(parts, fmt.Sprintf("%s %d", k, p.Decisions[k]))
 		}
-		fmt.Fprintf(&b, "%s's decisions over the whole run, warm-up included (admin API `/session_keeping/upstreams`): %s.\n\n",
+		fmt.Fprintf(b, "%s's decisions over the whole run, warm-up included (admin API `/session_keeping/upstreams`): %s.\n\n",
 			p.Name, strings.Join(parts, ", "))
 	}
-	return b.String()
 }
 
 // dropSummary says when the dropped connections of a run happened.

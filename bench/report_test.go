@@ -32,10 +32,37 @@ func TestReportKeepsTheOtherSection(t *testing.T) {
 	if strings.Count(got, "<!-- bench:overhead:begin -->") != 1 {
 		t.Error("the kept section is doubled")
 	}
+	for _, want := range []string{"](bench/scenarios.svg)", "#### Working set 2× the cache", "**Where session_sticky loses.**",
+		"working set 2×, TTFT p99: peer_least 50.0 ms against session_sticky's 80.0 ms (1.600×)", "vLLM production-stack", "sgl-router"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bench", "scenarios.svg")); err != nil {
+		t.Error(err)
+	}
 }
 
-func TestChartIsWellFormed(t *testing.T) {
-	svg := affinityChart(testAffinityResult())
+func TestChartsAreWellFormed(t *testing.T) {
+	res := testAffinityResult()
+	svg := affinityChart(res)
+	wellFormed(t, svg)
+	for _, want := range []string{"session_sticky", "oracle", "u2 killed", "<polyline"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the chart lacks %q", want)
+		}
+	}
+	svg = scenariosChart(res)
+	wellFormed(t, svg)
+	for _, want := range []string{"peer_least", "2×", "TTFT p99", "<rect"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the scenarios' chart lacks %q", want)
+		}
+	}
+}
+
+func wellFormed(t *testing.T, svg string) {
+	t.Helper()
 	dec := xml.NewDecoder(strings.NewReader(svg))
 	for {
 		_, err := dec.Token()
@@ -44,11 +71,6 @@ func TestChartIsWellFormed(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatalf("the chart is not well-formed XML: %v", err)
-		}
-	}
-	for _, want := range []string{"session_sticky", "oracle", "u2 killed", "<polyline"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("the chart lacks %q", want)
 		}
 	}
 }
@@ -65,6 +87,19 @@ func testAffinityResult() *affinityResult {
 			p.Series = append(p.Series, 0.5+0.05*float64(i)+0.01*float64(b))
 		}
 		res.Policies = append(res.Policies, p)
+	}
+	// session_sticky loses on TTFT p99 to peer_least at 2×.
+	for _, pressure := range []float64{0.5, 2} {
+		sc := scenarioResult{Pressure: pressure, CacheTokens: 1000}
+		for i, name := range []string{"session_sticky", "peer_least", "oracle"} {
+			p := policyResult{Name: name, Prompt: 100, Cached: int64(90 - 20*i), Computed: 95, Throughput: 700, Imbalance: 1.1,
+				TTFT50: 10 * time.Millisecond, TTFT99: 40 * time.Millisecond}
+			if pressure == 2 {
+				p.TTFT99 = []time.Duration{80, 50, 40}[i] * time.Millisecond
+			}
+			sc.Policies = append(sc.Policies, p)
+		}
+		res.Scenarios = append(res.Scenarios, sc)
 	}
 	return res
 }

@@ -106,7 +106,7 @@ func affinityTargets(res *affinityResult) []target {
 			phaseNames[p], pct(s), bestName, pct(best))})
 	}
 	out = append(out,
-		target{sticky.Failed == 0, fmt.Sprintf("session_sticky failed requests through the kill, restore, reload and scale-out: %d (target 0)", sticky.Failed)},
+		target{sticky.Failed == 0, fmt.Sprintf("session_sticky failed requests through the kill, restore, reload and scale-out: %d (target 0; the %d answers cut off mid-stream by the kill are counted apart: no proxy can retry an answer that has begun)", sticky.Failed, sticky.Cut)},
 		target{sticky.Imbalance <= maxImbalance, fmt.Sprintf("session_sticky load imbalance over the run: %.2f (target ≤ %.2f)", sticky.Imbalance, maxImbalance)},
 	)
 	return out

@@ -130,6 +130,17 @@ func (w *workload) conversation(c, n int) conversation {
 	return conv
 }
 
+// joinAt returns the turn at which a client joins its n-th conversation:
+// a uniform turn of its first one, so that a run starts with
+// conversations of every age, and the first turn of the others.
+func (w *workload) joinAt(c, n int) int {
+	if n > 0 {
+		return 0
+	}
+	rng := rand.New(rand.NewPCG(w.cfg.Seed, 0x6a6f696e<<32|uint64(c)))
+	return rng.IntN(len(w.conversation(c, 0).turns))
+}
+
 // between returns a uniform integer in [lo, hi].
 func between(rng *rand.Rand, lo, hi int) int {
 	return lo + rng.IntN(hi-lo+1)

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The peers the scenarios compare session_sticky with, and where their
+// algorithms and parameters come from.
+var peerSources = []struct{ name, source string }{
+	{"peer_ring", "vLLM production-stack, `SessionRouter` in `src/vllm_router/routers/routing_logic.py`: a `uhashring` consistent-hash ring of the engines (40 virtual nodes × 4 replicas by default, so 160 points each) over the value of the configured session key (`--session-key`, here `X-Session-Id`); a request without it goes to the engine with the lowest QPS"},
+	{"peer_prefix", "SGLang's router (sgl-router), `cache_aware` policy in `sgl-router/src/policies/cache_aware.rs`, with the defaults of `sgl-router/py_src/sglang_router/router_args.py`: `cache_threshold` 0.3, `balance_abs_threshold` 64, `balance_rel_threshold` 1.5, `eviction_interval_secs` 120, `max_tree_size` 2^26; its tree holds characters of the prompt text, the emulation's holds the engines' token blocks"},
+	{"peer_least", "the fewest requests in flight, as Caddy's `least_conn` or the least-loaded choice of the routers above"},
+}
+
+// scenarioMetric is one figure of the comparison: how to read it from a
+// result, and whether more is better.
+type scenarioMetric struct {
+	name   string
+	value  func(policyResult) float64
+	format func(policyResult) string
+	higher bool // more is better
+}
+
+var scenarioMetrics = []scenarioMetric{
+	{"cached-token ratio", policyResult.Ratio, func(p policyResult) string { return pct(p.Ratio()) }, true},
+	{"TTFT p50", func(p policyResult) float64 { return p.TTFT50.Seconds() }, func(p policyResult) string { return ms(p.TTFT50) }, false},
+	{"TTFT p99", func(p policyResult) float64 { return p.TTFT99.Seconds() }, func(p policyResult) string { return ms(p.TTFT99) }, false},
+	{"throughput", func(p policyResult) float64 { return p.Throughput }, func(p policyResult) string { return fmt.Sprintf("%.0f req/s", p.Throughput) }, true},
+	{"load imbalance", func(p policyResult) float64 { return p.Imbalance }, func(p policyResult) string { return fmt.Sprintf("%.2f", p.Imbalance) }, false},
+}
+
+// scenariosSection is the report's part on cache pressure and the peers.
+func (r *report) scenariosSection(chart string) string {
+	res := r.affinity
+	cfg := res.Config
+	var b strings.Builder
+	b.WriteString("### Cache pressure and the peers' routers\n\n")
+	fmt.Fprintf(&b, `The same workload and engines, without events, in %d scenarios: each
+engine's cache is sized so that the working set is a given multiple of
+the whole fleet's cache (%d engines). Each policy runs for %s of warm-up
+and %s measured, on fresh engines. Besides `+"`session_sticky`"+` and the oracle,
+the routers users would pick instead of this plugin, emulated in the load
+generator as the oracle is (it picks the engine; Caddy's `+"`cookie`"+` policy
+sends the request there, with the same failover):
+
+`, len(res.Scenarios), cfg.Upstreams, cfg.ScenarioWarmup, cfg.ScenarioRun)
+	for _, p := range peerSources {
+		fmt.Fprintf(&b, "- **%s**: %s.\n", p.name, p.source)
+	}
+	b.WriteString(`
+*Ceiling*: the share of prompt tokens whose prefix some engine had
+computed before (every block any engine computed, never evicted): what
+a router could find cached with caches that keep everything. No router
+beats it; under pressure, no router reaches it either. The *working set*
+is measured: every 20ms, the tokens of every client's conversation so
+far (its last prompt and reply), summed, averaged over the run. *TTFT*
+is the time from sending a request to its first streamed token, at the
+client, through Caddy; *throughput* is answered requests per second.
+
+`)
+	fmt.Fprintf(&b, "![Cached-token ratio and TTFT p99 per scenario and policy](%s)\n\n", chart)
+
+	for _, sc := range res.Scenarios {
+		var ws float64
+		for _, p := range sc.Policies {
+			ws += p.WorkingSet
+		}
+		ws /= float64(max(len(sc.Policies), 1))
+		fleet := float64(sc.CacheTokens * cfg.Upstreams)
+		fmt.Fprintf(&b, "#### Working set %g× the cache\n\n", sc.Pressure)
+		fmt.Fprintf(&b, "%dk tokens of cache per engine (%dk in all); measured working set %.0fk tokens, %.2f× the fleet's cache.\n\n",
+			sc.CacheTokens/1000, sc.CacheTokens*cfg.Upstreams/1000, ws/1000, fraction64(ws, fleet))
+		var rows [][]string
+		for _, p := range sc.Policies {
+			row := []string{"**" + p.Name + "**"}
+			for _, m := range scenarioMetrics {
+				row = append(row, m.format(p))
+			}
+			row = append(row, pct(p.Ceiling()), pct(fraction64(p.Ratio(), p.Ceiling())), fmt.Sprint(p.Requests), fmt.Sprint(p.Failed))
+			rows = append(rows, row)
+		}
+		head := []string{"Policy"}
+		for _, m := range scenarioMetrics {
+			head = append(head, m.name)
+		}
+		table(&b, append(head, "ceiling", "of the ceiling", "requests", "failed"), rows)
+
+		sticky, ok := scenarioPolicy(sc, "session_sticky")
+		if !ok {
+			continue
+		}
+		rows = nil
+		for _, p := range sc.Policies {
+			if p.Name == sticky.Name {
+				continue
+			}
+			row := []string{p.Name}
+			for _, m := range scenarioMetrics {
+				row = append(row, ratio(fraction64(m.value(sticky), m.value(p))))
+			}
+			rows = append(rows, row)
+		}
+		fmt.Fprintf(&b, "session_sticky over each of the others, same run (above 1 is better for the cached-token ratio and throughput, below 1 for TTFT and imbalance):\n\n")
+		table(&b, head, rows)
+	}
+
+	b.WriteString("**Where session_sticky loses.** ")
+	if losses := scenarioLosses(res); len(losses) == 0 {
+		b.WriteString("Nowhere in this run: in every scenario it is at least as good as each peer on every figure.\n\n")
+	} else {
+		b.WriteString("Every figure of a scenario in which a peer or the oracle did better in this run:\n\n")
+		for _, l := range losses {
+			b.WriteString("- " + l + "\n")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString(scenarioOracleNote(res))
+	return b.String()
+}
+
+// scenarioPolicy returns a policy's result in a scenario.
+func scenarioPolicy(sc scenarioResult, name string) (policyResult, bool) {
+	for _, p := range sc.Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return policyResult{}, false
+}
+
+// scenarioLosses lists, per scenario, the figures on which another policy
+// beat session_sticky.
+func scenarioLosses(res *affinityResult) []string {
+	var out []string
+	for _, sc := range res.Scenarios {
+		sticky, ok := scenarioPolicy(sc, "session_sticky")
+		if !ok {
+			continue
+		}
+		for _, p := range sc.Policies {
+			if p.Name == sticky.Name {
+				continue
+			}
+			for _, m := range scenarioMetrics {
+				s, o := m.value(sticky), m.value(p)
+				if m.higher && s < o || !m.higher && s > o {
+					out = append(out, fmt.Sprintf("working set %g×, %s: %s %s against session_sticky's %s (%s)",
+						sc.Pressure, m.name, p.Name, m.format(p), m.format(sticky), ratio(fraction64(s, o))))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// scenarioOracleNote says how far the oracle and session_sticky are from
+// the ceiling.
+func scenarioOracleNote(res *affinityResult) string {
+	var parts []string
+	for _, sc := range res.Scenarios {
+		o, ok := scenarioPolicy(sc, "oracle")
+		if !ok {
+			continue
+		}
+		part := fmt.Sprintf("at %g×, the oracle %s of %s (%s)", sc.Pressure, pct(o.Ratio()), pct(o.Ceiling()), ratio(fraction64(o.Ratio(), o.Ceiling())))
+		if s, ok := scenarioPolicy(sc, "session_sticky"); ok {
+			part += fmt.Sprintf(", session_sticky %s of %s (%s)", pct(s.Ratio()), pct(s.Ceiling()), ratio(fraction64(s.Ratio(), s.Ceiling())))
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return `**How far from optimal.** The oracle is greedy: it knows every cache
+but not the future, so under pressure it is no bound, and the ceiling is
+one no router reaches once caches evict. Cached-token ratio against the
+ceiling: ` + strings.Join(parts, "; ") + ".\n\n"
+}
