@@ -57,7 +57,7 @@ var affinityPolicies = []affinityPolicy{
 
 // defaultPolicies are the policies the events run compares unless told
 // otherwise.
-var defaultPolicies = []string{"round_robin", "least_conn", "header", "session_sticky", "sticky_tiers", "oracle"}
+var defaultPolicies = []string{"round_robin", "header", "session_sticky", "sticky_tiers", "oracle"}
 
 // defaultScenarioPolicies are the policies each cache-pressure scenario
 // compares unless told otherwise: session_sticky, the peers' routers and
