@@ -49,12 +49,13 @@ func (a *agents) workingSet() int64 {
 	return n
 }
 
-// run is one client's life. Its first conversation is joined at a turn
-// of the workload's choosing, so that a run starts with conversations of
-// every age, as a gateway's traffic does, and not all at their first turn.
+// run is one client's life, from the point where it joins the workload
+// (see joinAt) on.
 func (a *agents) run(c client) {
 	sleepUntil(a.start.Add(c.start))
-	for n := 0; a.converse(c, a.w.conversation(c.index, n), a.w.joinAt(c.index, n)); n++ {
+	n, from := a.w.joinAt(c.index)
+	for a.converse(c, a.w.conversation(c.index, n), from) {
+		n, from = n+1, 0
 	}
 	a.context[c.index].Store(0)
 }

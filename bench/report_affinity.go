@@ -40,9 +40,9 @@ turn (%d–%d words), then tool results (%d–%d words) and replies (%d–%d
 tokens), streamed. Between turns a client thinks %s–%s (times are scaled
 down from seconds). %d %% of the clients send an `+"`X-Session-Id`"+` header, %d %% a
 `+"`prompt_cache_key`"+` body field, the other %d %% only replay the history
-(auto-detection). Each client joins its first conversation at a random
-turn, sending the history so far, so that a run starts with
-conversations of every age, as a gateway's traffic does. The same seed
+(auto-detection). A run starts as if it had been going on for long: each
+client joins mid-conversation (longer conversations as much more often as
+they last longer, at a uniform turn), sending the history so far. The same seed
 gives the same clients, conversations and messages; an engine's reply
 depends only on the prompt, so every policy sees the same workload.
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -106,10 +107,18 @@ client, through Caddy; *throughput* is answered requests per second.
 	}
 
 	b.WriteString("**Where session_sticky loses.** ")
-	if losses := scenarioLosses(res); len(losses) == 0 {
-		b.WriteString("Nowhere in this run: in every scenario it is at least as good as each peer on every figure.\n\n")
+	losses := scenarioLosses(res, false)
+	if len(losses) == 0 {
+		b.WriteString("To no peer in this run: in every scenario it is at least as good as each of them on every figure.\n\n")
 	} else {
-		b.WriteString("Every figure of a scenario in which a peer or the oracle did better in this run:\n\n")
+		fmt.Fprintf(&b, "Every figure of a scenario on which a peer did better in this run (a difference under %.0f %% is marked *tie*: reruns move the figures by about that much, TTFT p99 by up to 10 %%):\n\n", 100*tieMargin)
+		for _, l := range losses {
+			b.WriteString("- " + l + "\n")
+		}
+		b.WriteString("\n")
+	}
+	if losses := scenarioLosses(res, true); len(losses) > 0 {
+		b.WriteString("Against the oracle:\n\n")
 		for _, l := range losses {
 			b.WriteString("- " + l + "\n")
 		}
@@ -118,6 +127,10 @@ client, through Caddy; *throughput* is answered requests per second.
 	b.WriteString(scenarioOracleNote(res))
 	return b.String()
 }
+
+// tieMargin is the relative difference under which the report calls two
+// figures a tie.
+const tieMargin = 0.03
 
 // scenarioPolicy returns a policy's result in a scenario.
 func scenarioPolicy(sc scenarioResult, name string) (policyResult, bool) {
@@ -129,25 +142,35 @@ func scenarioPolicy(sc scenarioResult, name string) (policyResult, bool) {
 	return policyResult{}, false
 }
 
-// scenarioLosses lists, per scenario, the figures on which another policy
-// beat session_sticky.
-func scenarioLosses(res *affinityResult) []string {
+// scenarioLosses lists, per scenario and figure, the peers (or the
+// oracle) that beat session_sticky.
+func scenarioLosses(res *affinityResult, oracle bool) []string {
 	var out []string
 	for _, sc := range res.Scenarios {
 		sticky, ok := scenarioPolicy(sc, "session_sticky")
 		if !ok {
 			continue
 		}
-		for _, p := range sc.Policies {
-			if p.Name == sticky.Name {
-				continue
-			}
-			for _, m := range scenarioMetrics {
-				s, o := m.value(sticky), m.value(p)
-				if m.higher && s < o || !m.higher && s > o {
-					out = append(out, fmt.Sprintf("working set %g×, %s: %s %s against session_sticky's %s (%s)",
-						sc.Pressure, m.name, p.Name, m.format(p), m.format(sticky), ratio(fraction64(s, o))))
+		for _, m := range scenarioMetrics {
+			var better []string
+			for _, p := range sc.Policies {
+				if p.Name == sticky.Name || (p.Name == "oracle") != oracle {
+					continue
 				}
+				s, o := m.value(sticky), m.value(p)
+				if m.higher && s >= o || !m.higher && s <= o {
+					continue
+				}
+				r := fraction64(s, o)
+				tie := ""
+				if math.Abs(r-1) < tieMargin {
+					tie = ", *tie*"
+				}
+				better = append(better, fmt.Sprintf("%s %s (%s%s)", p.Name, m.format(p), ratio(r), tie))
+			}
+			if len(better) > 0 {
+				out = append(out, fmt.Sprintf("working set %g×, %s: %s against session_sticky's %s",
+					sc.Pressure, m.name, strings.Join(better, ", "), m.format(sticky)))
 			}
 		}
 	}

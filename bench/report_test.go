@@ -33,7 +33,7 @@ func TestReportKeepsTheOtherSection(t *testing.T) {
 		t.Error("the kept section is doubled")
 	}
 	for _, want := range []string{"](bench/scenarios.svg)", "#### Working set 2× the cache", "**Where session_sticky loses.**",
-		"working set 2×, TTFT p99: peer_least 50.0 ms against session_sticky's 80.0 ms (1.600×)", "vLLM production-stack", "sgl-router"} {
+		"working set 2×, TTFT p99: peer_least 50.0 ms (1.600×) against session_sticky's 80.0 ms", "Against the oracle:\n\n- working set 2×, TTFT p99: oracle 40.0 ms (2.000×)", "vLLM production-stack", "sgl-router"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q", want)
 		}

@@ -130,15 +130,20 @@ func (w *workload) conversation(c, n int) conversation {
 	return conv
 }
 
-// joinAt returns the turn at which a client joins its n-th conversation:
-// a uniform turn of its first one, so that a run starts with
-// conversations of every age, and the first turn of the others.
-func (w *workload) joinAt(c, n int) int {
-	if n > 0 {
-		return 0
-	}
+// joinAt returns where a client joins the workload: which of its
+// conversations, and at which turn. A run then starts as if it had been
+// going for long: a client is in the middle of a conversation, longer ones
+// being as much more likely as they last longer (a conversation is
+// skipped unless a uniform draw falls below its share of the longest
+// possible), at a uniform turn of it.
+func (w *workload) joinAt(c int) (conv, turn int) {
 	rng := rand.New(rand.NewPCG(w.cfg.Seed, 0x6a6f696e<<32|uint64(c)))
-	return rng.IntN(len(w.conversation(c, 0).turns))
+	for n := 0; ; n++ {
+		turns := len(w.conversation(c, n).turns)
+		if rng.IntN(w.cfg.MaxTurns) < turns {
+			return n, rng.IntN(turns)
+		}
+	}
 }
 
 // between returns a uniform integer in [lo, hi].

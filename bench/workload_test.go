@@ -53,3 +53,31 @@ func TestWorkloadShape(t *testing.T) {
 		t.Errorf("mean prompt of %.0f tokens is implausible", m)
 	}
 }
+
+// A run starts as if it had been going on: clients are mid-conversation,
+// in longer conversations as often as those last longer.
+func TestJoinAtIsLengthBiased(t *testing.T) {
+	w := newWorkload(workloadConfig{Seed: 1, Clients: 400, MinTurns: 5, MaxTurns: 50, ThinkMax: time.Millisecond})
+	var joined, first float64
+	mid := 0
+	for c := range w.clients {
+		n, turn := w.joinAt(c)
+		turns := len(w.conversation(c, n).turns)
+		if turn < 0 || turn >= turns {
+			t.Fatalf("client %d joins at turn %d of %d", c, turn, turns)
+		}
+		if turn > 0 {
+			mid++
+		}
+		joined += float64(turns)
+		first += float64(len(w.conversation(c, 0).turns))
+	}
+	joined, first = joined/400, first/400
+	// Uniform lengths 5–50 have a mean of 27.5; weighted by length, 33.9.
+	if joined < first+3 || joined > 38 {
+		t.Errorf("joined conversations have %.1f turns on average, first ones %.1f", joined, first)
+	}
+	if mid < 300 {
+		t.Errorf("only %d of 400 clients join mid-conversation", mid)
+	}
+}
