@@ -53,9 +53,9 @@ type engineTotals struct {
 // phaseResult is one phase of a policy's run.
 type phaseResult struct {
 	Prompt, Cached, Computed, Requests, Failed, Dropped, Cut int64
-	Imbalance                                           float64
-	TTFT50, TTFT99                                      time.Duration
-	Throughput                                          float64 // answered requests per second
+	Imbalance                                                float64
+	TTFT50, TTFT99                                           time.Duration
+	Throughput                                               float64 // answered requests per second
 }
 
 // Ratio is the cached-token ratio.
