@@ -251,7 +251,7 @@ func (a *agents) fail(err error) {
 	at := time.Since(a.t0)
 	a.tally.fail(at)
 	if a.tally.bucket(at) >= 0 {
-		a.failures.add(reason(err, at, a.tally.run))
+		a.failures.add(err, at, a.tally.run)
 	}
 }
 
@@ -261,7 +261,7 @@ func (a *agents) cut(err error) {
 	at := time.Since(a.t0)
 	if a.tally.bucket(at) >= 0 {
 		a.tally.cut(at)
-		a.cuts.add(reason(err, at, a.tally.run))
+		a.cuts.add(err, at, a.tally.run)
 	}
 }
 
@@ -271,7 +271,7 @@ func (a *agents) drop(err error) {
 	at := time.Since(a.t0)
 	if a.tally.bucket(at) >= 0 {
 		a.tally.drop(at)
-		a.drops.add(reason(err, at, a.tally.run))
+		a.drops.add(err, at, a.tally.run)
 		if nearReload(at.Seconds() / a.tally.run.Seconds()) {
 			a.dropsAtReload.Add(1)
 		}

@@ -180,7 +180,8 @@ measured, with these events:
 		b.WriteString(`Own replicas first, a provider when they are full: the cost is what the
 pricier engine (u4) served, over every answer of the run, warm-up
 included. ` + "`session_sticky`" + ` over the same engines as one plain pool is the
-baseline of the same run.
+baseline of the same run. A request that finds every engine full, the
+pricier one too, is answered 503 by Caddy and counts as failed.
 
 `)
 		rows = nil

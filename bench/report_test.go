@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/xml"
+	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,4 +104,16 @@ func testAffinityResult() *affinityResult {
 		res.Scenarios = append(res.Scenarios, sc)
 	}
 	return res
+}
+
+func TestReasonsSpanTheRun(t *testing.T) {
+	var r reasons
+	run := 100 * time.Second
+	for _, at := range []time.Duration{26, 49, 30} {
+		r.add(errors.New("503 Service Unavailable"), at*time.Second, run)
+	}
+	r.add(&url.Error{Op: "Post", URL: "http://x", Err: errors.New("read tcp 127.0.0.1:5->127.0.0.1:6: reset")}, 63*time.Second, run)
+	if got, want := r.String(), "3× 503 Service Unavailable at 26–49%; 1× read tcp gateway: reset at 63%"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
 }
