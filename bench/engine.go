@@ -174,9 +174,9 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struc
 		}
 	}
 	cached := e.cache.Load().admit(h.blocks, promptBlocks) * e.blockSize
-	computed := promptTokens
 	if e.computed != nil {
-		computed = e.computed.admit(h.blocks, promptBlocks) * e.blockSize
+		computed := e.computed.admit(h.blocks, promptBlocks) * e.blockSize
+		w.Header().Set(headerComputed, strconv.Itoa(computed))
 	}
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
@@ -195,7 +195,6 @@ func (e *engine) serve(w http.ResponseWriter, r *http.Request, done <-chan struc
 	usage.PromptTokensDetails.CachedTokens = cached
 	id := fmt.Sprintf("chatcmpl-%016x", h.h)
 	w.Header().Set(headerEngine, e.name)
-	w.Header().Set(headerComputed, strconv.Itoa(computed))
 	var ok bool
 	if req.Stream {
 		ok = e.stream(w, &req, id, reply, usage, wait)
