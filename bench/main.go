@@ -74,7 +74,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&af.BlockSize, "block", 16, "affinity: tokens per prefix-cache block")
 	flag.IntVar(&af.CacheTokens, "cache-tokens", 0, "affinity: prefix-cache capacity per engine in tokens (default: twice an engine's fair share of the working set)")
 	flag.DurationVar(&af.Warmup, "affinity-warmup", 3*time.Second, "affinity: unmeasured start of each policy's run through the events")
-	flag.DurationVar(&af.Run, "run", 24*time.Second, "affinity: measured length of each policy's run through the events")
+	flag.DurationVar(&af.Run, "run", 20*time.Second, "affinity: measured length of each policy's run through the events")
 	flag.IntVar(&af.Buckets, "buckets", 40, "affinity: time buckets of the chart (a multiple of 4)")
 	flag.DurationVar(&af.Latency.Base, "latency-base", 5*time.Millisecond, "affinity: engine time per request")
 	flag.DurationVar(&af.Latency.Prefill, "latency-prefill", 4*time.Microsecond, "affinity: engine time per uncached prompt token")

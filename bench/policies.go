@@ -60,9 +60,9 @@ var affinityPolicies = []affinityPolicy{
 var defaultPolicies = []string{"round_robin", "header", "session_sticky", "sticky_tiers", "oracle"}
 
 // defaultScenarioPolicies are the policies each cache-pressure scenario
-// compares unless told otherwise: session_sticky, the peers' routers and
-// the oracle.
-var defaultScenarioPolicies = []string{"session_sticky", "peer_ring", "peer_prefix", "peer_least", "oracle"}
+// compares unless told otherwise: session_sticky with its defaults and
+// with new sessions placed by load, the peers' routers and the oracle.
+var defaultScenarioPolicies = []string{"session_sticky", "sticky_lc", "peer_ring", "peer_prefix", "peer_least", "oracle"}
 
 // policyNames lists every known policy.
 func policyNames() []string {

@@ -124,8 +124,46 @@ client, through Caddy; *throughput* is answered requests per second.
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(scenarioVariantsNote(res))
 	b.WriteString(scenarioOracleNote(res))
 	return b.String()
+}
+
+// scenarioVariantsNote compares session_sticky with other options to its
+// defaults, scenario by scenario.
+func scenarioVariantsNote(res *affinityResult) string {
+	var b strings.Builder
+	for _, sc := range res.Scenarios {
+		sticky, ok := scenarioPolicy(sc, "session_sticky")
+		if !ok {
+			continue
+		}
+		for _, p := range sc.Policies {
+			if !isVariant(p.Name) {
+				continue
+			}
+			if b.Len() == 0 {
+				b.WriteString("**The plugin's own options.** The same figures for `session_sticky` with other options, against its defaults in the same scenario:\n\n")
+			}
+			var parts []string
+			for _, m := range scenarioMetrics {
+				parts = append(parts, fmt.Sprintf("%s %s against %s (%s)", m.name, m.format(p), m.format(sticky), ratio(fraction64(m.value(p), m.value(sticky)))))
+			}
+			fmt.Fprintf(&b, "- working set %g×, %s (%s): %s\n", sc.Pressure, p.Name, policyOptions[p.Name], strings.Join(parts, "; "))
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// policyOptions say in a few words what a variant of session_sticky
+// changes.
+var policyOptions = map[string]string{
+	"sticky_bf110": "`balance_factor 1.1`",
+	"sticky_bf100": "`balance_factor 1.0`",
+	"sticky_lc":    "`fallback least_conn`: new sessions on the least loaded upstream",
 }
 
 // tieMargin is the relative difference under which the report calls two
@@ -142,6 +180,10 @@ func scenarioPolicy(sc scenarioResult, name string) (policyResult, bool) {
 	return policyResult{}, false
 }
 
+// isVariant reports whether a policy is session_sticky with other
+// options: the plugin itself, not a peer.
+func isVariant(name string) bool { return strings.HasPrefix(name, "sticky_") }
+
 // scenarioLosses lists, per scenario and figure, the peers (or the
 // oracle) that beat session_sticky.
 func scenarioLosses(res *affinityResult, oracle bool) []string {
@@ -154,7 +196,7 @@ func scenarioLosses(res *affinityResult, oracle bool) []string {
 		for _, m := range scenarioMetrics {
 			var better []string
 			for _, p := range sc.Policies {
-				if p.Name == sticky.Name || (p.Name == "oracle") != oracle {
+				if p.Name == sticky.Name || isVariant(p.Name) || (p.Name == "oracle") != oracle {
 					continue
 				}
 				s, o := m.value(sticky), m.value(p)

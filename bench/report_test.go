@@ -35,7 +35,8 @@ func TestReportKeepsTheOtherSection(t *testing.T) {
 		t.Error("the kept section is doubled")
 	}
 	for _, want := range []string{"](bench/scenarios.svg)", "#### Working set 2× the cache", "**Where session_sticky loses.**",
-		"working set 2×, TTFT p99: peer_least 50.0 ms (1.600×) against session_sticky's 80.0 ms", "Against the oracle:\n\n- working set 2×, TTFT p99: oracle 40.0 ms (2.000×)", "vLLM production-stack", "sgl-router"} {
+		"working set 2×, TTFT p99: peer_least 50.0 ms (1.600×) against session_sticky's 80.0 ms", "Against the oracle:\n\n- working set 2×, TTFT p99: oracle 40.0 ms (2.000×)",
+		"- working set 2×, sticky_lc (`fallback least_conn`: new sessions on the least loaded upstream): cached-token ratio 30.0 % against 90.0 % (0.333×); TTFT p50", "vLLM production-stack", "sgl-router"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -93,11 +94,11 @@ func testAffinityResult() *affinityResult {
 	// session_sticky loses on TTFT p99 to peer_least at 2×.
 	for _, pressure := range []float64{0.5, 2} {
 		sc := scenarioResult{Pressure: pressure, CacheTokens: 1000}
-		for i, name := range []string{"session_sticky", "peer_least", "oracle"} {
+		for i, name := range []string{"session_sticky", "peer_least", "oracle", "sticky_lc"} {
 			p := policyResult{Name: name, Prompt: 100, Cached: int64(90 - 20*i), Computed: 95, Throughput: 700, Imbalance: 1.1,
 				TTFT50: 10 * time.Millisecond, TTFT99: 40 * time.Millisecond}
 			if pressure == 2 {
-				p.TTFT99 = []time.Duration{80, 50, 40}[i] * time.Millisecond
+				p.TTFT99 = []time.Duration{80, 50, 40, 20}[i] * time.Millisecond
 			}
 			sc.Policies = append(sc.Policies, p)
 		}
