@@ -50,8 +50,8 @@ sends the request there, with the same failover):
 		fmt.Fprintf(&b, "- **%s**: %s.\n", p.name, p.source)
 	}
 	b.WriteString(`
-The runs are short, for `+"`make bench`"+` to take under 10 minutes (longer
-and larger ones: `+"`-scenario-run`"+`, `+"`-conversations`"+`, `+"`-pressures`"+`). At 1×,
+The runs are short, for ` + "`make bench`" + ` to take under 10 minutes (longer
+and larger ones: ` + "`-scenario-run`" + `, ` + "`-conversations`" + `, ` + "`-pressures`" + `). At 1×,
 where the caches are just large enough, a few sessions more on one engine
 make it evict what it will need again, so cached-token ratios there vary
 between runs by several points; TTFT p99 varies by up to 10 % anywhere.
