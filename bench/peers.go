@@ -120,9 +120,9 @@ const (
 // of the prompt, and else to the engine with the smallest tree; when the
 // load is not balanced, to the least loaded engine. Either way its prompt
 // joins that engine's tree. The router's own eviction runs every 120 s
-// (eviction_interval_secs) and keeps 2^26 characters an engine
-// (max_tree_size), more than a run here sends, so the trees keep
-// everything.
+// (eviction_interval_secs), after more than a default run here lasts, so
+// the trees keep everything; a longer run (-scenario-run) overstates what
+// the router would remember.
 //
 // Among engines that match equally far (a shared system prompt), sgl-router
 // takes whichever its tree node lists first, an order fixed by hashing;

@@ -10,7 +10,7 @@ import (
 // algorithms and parameters come from.
 var peerSources = []struct{ name, source string }{
 	{"peer_ring", "vLLM production-stack, `SessionRouter` in `src/vllm_router/routers/routing_logic.py`: a `uhashring` consistent-hash ring of the engines (40 virtual nodes × 4 replicas by default, so 160 points each) over the value of the configured session key (`--session-key`, here `X-Session-Id`); a request without it goes to the engine with the lowest QPS"},
-	{"peer_prefix", "SGLang's router (sgl-router), `cache_aware` policy in `sgl-router/src/policies/cache_aware.rs`, with the defaults of `sgl-router/py_src/sglang_router/router_args.py`: `cache_threshold` 0.3, `balance_abs_threshold` 64, `balance_rel_threshold` 1.5, `eviction_interval_secs` 120, `max_tree_size` 2^26; its tree holds characters of the prompt text, the emulation's holds the engines' token blocks"},
+	{"peer_prefix", "SGLang's router (sgl-router), `cache_aware` policy in `sgl-router/src/policies/cache_aware.rs`, with the defaults of `sgl-router/py_src/sglang_router/router_args.py`: `cache_threshold` 0.3, `balance_abs_threshold` 64, `balance_rel_threshold` 1.5, `eviction_interval_secs` 120, `max_tree_size` 2^26; its tree holds characters of the prompt text, the emulation's holds the engines' token blocks and never evicts (sgl-router evicts every 120 s, after more than a run here lasts); among engines that match a shared prefix equally, sgl-router takes the one its tree node lists first, the emulation one fixed by a hash of the prefix"},
 	{"peer_least", "the fewest requests in flight, as Caddy's `least_conn` or the least-loaded choice of the routers above"},
 }
 
