@@ -183,7 +183,11 @@ func (a *agents) send(c client, conv conversation, body []byte, hist *blockHashe
 		return "", false
 	}
 	ans, err := readStream(resp.Body, sent)
-	if err != nil {
+	switch {
+	case errors.Is(err, errBadEvent):
+		a.fail(err)
+		return "", false
+	case err != nil:
 		// The answer had started, so no proxy could retry it; an agent
 		// sends the request again.
 		a.cut(err)
@@ -205,6 +209,10 @@ type streamedAnswer struct {
 	ttft  time.Duration // from sending the request to its first token
 }
 
+// errBadEvent is an event of a streamed answer that is not what the
+// engines send: a fault, not an answer cut off.
+var errBadEvent = errors.New("bad event")
+
 // readStream reads a streamed chat completion to its end. sent is when
 // the request went out.
 func readStream(body io.Reader, sent time.Time) (streamedAnswer, error) {
@@ -224,7 +232,7 @@ func readStream(body io.Reader, sent time.Time) (streamedAnswer, error) {
 		}
 		var c chatChunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			return ans, fmt.Errorf("bad event: %v", err)
+			return ans, fmt.Errorf("%w: %v", errBadEvent, err)
 		}
 		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
 			if reply.Len() == 0 {

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -165,5 +167,19 @@ func TestBlockSetCeiling(t *testing.T) {
 	}
 	if got := s.admit([]uint64{1, 9, 3}, 3); got != 1 {
 		t.Errorf("matched %d blocks past a missing one, want 1", got)
+	}
+}
+
+func TestReadStreamTellsFaultsFromCuts(t *testing.T) {
+	cut := "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+	if _, err := readStream(strings.NewReader(cut), time.Now()); err == nil || errors.Is(err, errBadEvent) {
+		t.Errorf("a stream without its end: %v", err)
+	}
+	if _, err := readStream(strings.NewReader("data: {oops\n\n"), time.Now()); !errors.Is(err, errBadEvent) {
+		t.Errorf("a malformed event: %v", err)
+	}
+	whole := cut + "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3}}\n\ndata: [DONE]\n\n"
+	if ans, err := readStream(strings.NewReader(whole), time.Now()); err != nil || ans.reply != "a" || ans.usage.PromptTokens != 3 {
+		t.Errorf("a whole stream: %+v, %v", ans, err)
 	}
 }
