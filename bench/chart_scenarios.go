@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -22,7 +23,7 @@ func scenariosChart(res *affinityResult) string {
 	var worst float64
 	for _, sc := range res.Scenarios {
 		for _, p := range sc.Policies {
-			if !containsString(names, p.Name) {
+			if !slices.Contains(names, p.Name) {
 				names = append(names, p.Name)
 			}
 			worst = max(worst, p.TTFT99.Seconds()*1000)
@@ -51,7 +52,7 @@ func scenariosChart(res *affinityResult) string {
 			barW := groupW * groupSpace / float64(max(len(names), 1))
 			x0 := left + float64(g)*groupW + groupW*(1-groupSpace)/2
 			for _, p := range sc.Policies {
-				i := indexString(names, p.Name)
+				i := slices.Index(names, p.Name)
 				v := min(value(p), topV)
 				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s, %g×: %s</title></rect>`+"\n",
 					x0+float64(i)*barW, y(v), barW-1, base-y(v), policyStyles[p.Name].color, p.Name, sc.Pressure, label(value(p)))
@@ -87,15 +88,4 @@ func niceCeil(v float64) float64 {
 		}
 	}
 	return 10 * p
-}
-
-func containsString(xs []string, s string) bool { return indexString(xs, s) >= 0 }
-
-func indexString(xs []string, s string) int {
-	for i, x := range xs {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
