@@ -23,7 +23,7 @@ var policyStyles = map[string]struct {
 	"sticky_bf100":   {"#bab0ac", "6 3", 2},
 	"sticky_lc":      {"#b07aa1", "6 3", 2},
 	"sticky_tiers":   {"#f28e2b", "6 3", 2},
-	"peer_ring":      {"#8cd17d", "", 1.5},
+	"peer_ring":      {"#b6992d", "", 1.5},
 	"peer_prefix":    {"#499894", "", 2},
 	"peer_least":     {"#d37295", "", 1.5},
 	"oracle":         {"#59a14f", "2 3", 2},

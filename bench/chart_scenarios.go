@@ -76,13 +76,13 @@ func scenariosChart(res *affinityResult) string {
 	return b.String()
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+// niceCeil rounds v up to 1, 2, 3 or 5 times a power of ten.
 func niceCeil(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 2, 3, 5, 10} {
 		if v <= m*p {
 			return m * p
 		}
