@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
 )
@@ -141,4 +142,34 @@ func TestFloodStaysWithinBounds(t *testing.T) {
 		t.Fatalf("memory grew with the flood: %d B after 10k sessions, %d B after 100k", at10k-before, at100k-before)
 	}
 	runtime.KeepAlive(l)
+}
+
+// Records of the same path and model share one copy of each, and the
+// table of shared strings stays within its bound.
+func TestRecordsShareStrings(t *testing.T) {
+	l := New(0, 0)
+	t0 := time.Unix(1_800_000_000, 0)
+	for i := range 100 {
+		r := req(t0, i)
+		// A fresh string per request, as a request line or body gives.
+		r.Path = string([]byte("/v1/chat/completions"))
+		r.Model = fmt.Sprint("model-", i%2)
+		l.Record(sess(i), "", r)
+	}
+	_, a, _ := l.Session(sess(0).Key)
+	_, b, _ := l.Session(sess(2).Key)
+	if unsafe.StringData(a[0].Path) != unsafe.StringData(b[0].Path) || unsafe.StringData(a[0].Model) != unsafe.StringData(b[0].Model) {
+		t.Error("two records hold their own copies of one path and model")
+	}
+	for i := range 2 * maxShared {
+		r := req(t0, i)
+		r.Path = fmt.Sprint("/path/", i)
+		l.Record(sess(1000+i), "", r)
+	}
+	if len(l.shared) > maxShared {
+		t.Errorf("%d shared strings, bound %d", len(l.shared), maxShared)
+	}
+	if _, got, _ := l.Session(sess(1000 + 2*maxShared - 1).Key); got[0].Path != fmt.Sprint("/path/", 2*maxShared-1) {
+		t.Errorf("a path past the bound reads %q", got[0].Path)
+	}
 }
