@@ -1,15 +1,19 @@
 // Command bench measures what the plugin costs and what it buys, and
-// writes the figures to BENCHMARKS.md with a chart.
+// writes the figures to BENCHMARKS.md with two charts.
 //
-// The overhead part runs three real Caddy processes on loopback, stock
-// reverse_proxy with round_robin, stock header hashing, and
-// session_keeping with session_sticky, interleaved round by round, and
-// compares throughput, latency and Caddy's CPU time per request.
+// The overhead part runs four real Caddy processes on loopback, stock
+// reverse_proxy with round_robin, stock header hashing, session_keeping
+// with session_sticky, and the same with read_usage off, interleaved round
+// by round, and compares throughput, latency and Caddy's CPU time per
+// request.
 //
 // The affinity part runs an agent workload against emulated inference
-// engines with prefix caches, once per load-balancing policy, through an
-// upstream kill, a restore, a reload and a scale-out, and compares the
-// share of prompt tokens the engines found in their caches.
+// engines with prefix caches, bounded batches and streamed answers, once
+// per load-balancing policy: through an upstream kill, a restore, a reload
+// and a scale-out, then with caches sized to a multiple of the working
+// set, against the routers of other gateways. It compares the share of
+// prompt tokens the engines found in their caches, the time to first
+// token and the throughput.
 //
 // Run it from the module root: make bench, or go run ./bench -h.
 package main
@@ -53,7 +57,7 @@ func parseFlags() (options, error) {
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of every request body and of the agent workload")
 
 	ov := &o.overhead
-	flag.IntVar(&ov.Rounds, "rounds", 8, "overhead: rounds of A, B, C kept per request kind (up to half as many more run when other processes disturb them)")
+	flag.IntVar(&ov.Rounds, "rounds", 8, "overhead: rounds of A, B, C, D kept per request kind (up to half as many more run when other processes disturb them)")
 	flag.DurationVar(&ov.Window, "window", 800*time.Millisecond, "overhead: measured window per setup and round")
 	flag.DurationVar(&ov.Warmup, "warmup", 200*time.Millisecond, "overhead: unmeasured load before each window")
 	flag.IntVar(&ov.Concurrency, "concurrency", 8, "overhead: concurrent keep-alive clients")
@@ -167,7 +171,7 @@ func run() error {
 			// anything is measured.
 			exec.Command("go", "tool", "pprof", "-h").Run()
 		}
-		env.logf("overhead part: %d kinds × %d rounds × 3 setups × %s", len(selectKinds(requestKinds(o.seed), o.overhead.Kinds)), o.overhead.Rounds, o.overhead.Window+o.overhead.Warmup)
+		env.logf("overhead part: %d kinds × %d rounds × %d setups × %s", len(selectKinds(requestKinds(o.seed), o.overhead.Kinds)), o.overhead.Rounds, len(overheadSetups), o.overhead.Window+o.overhead.Warmup)
 		if rep.overhead, err = runOverhead(env, o.overhead); err != nil {
 			return err
 		}

@@ -14,7 +14,7 @@ import (
 
 // proxySetup is one gateway configuration of the overhead part.
 type proxySetup struct {
-	id   string // A, B, C: A is the baseline
+	id   string // A, B, C, D: A is the baseline
 	name string
 	site func(upstreams string) string
 }
@@ -115,7 +115,7 @@ func runOverhead(env *benchEnv, cfg overheadConfig) (*overheadResult, error) {
 		return nil, err
 	}
 	defer g.stop()
-	env.logf("overhead: 3 Caddy processes up (pids %v), %d upstreams, concurrency %d", g.pids, len(addrs), cfg.Concurrency)
+	env.logf("overhead: %d Caddy processes up (pids %v), %d upstreams, concurrency %d", len(g.pids), g.pids, len(addrs), cfg.Concurrency)
 
 	client := newLoadClient(cfg.Concurrency)
 	// A process that has just started is slower for a moment (its heap
