@@ -60,10 +60,11 @@ between runs by several points; TTFT p99 varies by up to 10 % anywhere.
 computed before (every block any engine computed, never evicted): what
 a router could find cached with caches that keep everything. No router
 beats it; under pressure, no router reaches it either. The *working set*
-is measured: every 20ms, the tokens of every client's conversation so
-far (its last prompt and reply), summed, averaged over the run. *TTFT*
-is the time from sending a request to its first streamed token, at the
-client, through Caddy; *throughput* is answered requests per second.
+is measured: every ` + sampleEvery.String() + `, the tokens of every client's conversation
+so far (its last prompt and reply), summed, averaged over the run.
+*TTFT* is the time from sending a request to its first streamed token,
+at the client, through Caddy; *throughput* is answered requests per
+second.
 
 `)
 	fmt.Fprintf(&b, "![Cached-token ratio and TTFT p99 per scenario and policy](%s)\n\n", chart)
@@ -108,7 +109,7 @@ client, through Caddy; *throughput* is answered requests per second.
 			}
 			rows = append(rows, row)
 		}
-		fmt.Fprintf(&b, "session_sticky over each of the others, same run (above 1 is better for the cached-token ratio and throughput, below 1 for TTFT and imbalance):\n\n")
+		b.WriteString("session_sticky over each of the others, same run (above 1 is better for the cached-token ratio and throughput, below 1 for TTFT and imbalance):\n\n")
 		table(&b, head, rows)
 	}
 
