@@ -77,7 +77,7 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&af.Workload.ThinkMax, "think-max", 200*time.Millisecond, "affinity: longest think time between turns")
 	flag.IntVar(&af.BlockSize, "block", 16, "affinity: tokens per prefix-cache block")
 	flag.IntVar(&af.CacheTokens, "cache-tokens", 0, "affinity: prefix-cache capacity per engine in tokens (default: twice an engine's fair share of the working set)")
-	flag.DurationVar(&af.Warmup, "affinity-warmup", 3*time.Second, "affinity: unmeasured start of each policy's run through the events")
+	flag.DurationVar(&af.Warmup, "affinity-warmup", 2*time.Second, "affinity: unmeasured start of each policy's run through the events")
 	flag.DurationVar(&af.Run, "run", 20*time.Second, "affinity: measured length of each policy's run through the events")
 	flag.IntVar(&af.Buckets, "buckets", 40, "affinity: time buckets of the chart (a multiple of 4)")
 	flag.DurationVar(&af.Latency.Base, "latency-base", 5*time.Millisecond, "affinity: engine time per request")
@@ -88,8 +88,8 @@ func parseFlags() (options, error) {
 	flag.StringVar(&policies, "policies", strings.Join(defaultPolicies, ","), "affinity: comma-separated policies of the events run, of "+strings.Join(policyNames(), ", "))
 	flag.StringVar(&pressures, "pressures", "0.5,1,2", "affinity: comma-separated cache-pressure scenarios, each the working set over the fleet's whole cache; empty for none")
 	flag.StringVar(&scenarioPolicies, "scenario-policies", strings.Join(defaultScenarioPolicies, ","), "affinity: comma-separated policies of each cache-pressure scenario")
-	flag.DurationVar(&af.ScenarioWarmup, "scenario-warmup", 2*time.Second, "affinity: unmeasured start of each scenario run")
-	flag.DurationVar(&af.ScenarioRun, "scenario-run", 6*time.Second, "affinity: measured length of each scenario run")
+	flag.DurationVar(&af.ScenarioWarmup, "scenario-warmup", 1500*time.Millisecond, "affinity: unmeasured start of each scenario run")
+	flag.DurationVar(&af.ScenarioRun, "scenario-run", 5*time.Second, "affinity: measured length of each scenario run")
 	flag.Parse()
 
 	ov.Seed, af.Workload.Seed = o.seed, o.seed
