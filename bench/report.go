@@ -83,7 +83,7 @@ first token and the throughput, per load-balancing policy: through an
 upstream failure and a scale-out, and with caches too small for the
 working set, against the routers of vLLM's production stack and SGLang.
 
-- Rerun both parts: ` + "`make bench`" + ` (within 10 minutes on 2 cores; larger
+- Rerun both parts: ` + "`make bench`" + ` (about 8 minutes on 2 cores; larger
   runs with ` + "`-conversations`" + `, ` + "`-run`" + `, ` + "`-scenario-run`" + ` and ` + "`-pressures`" + `). One
   part: ` + "`go run ./bench -part overhead`" + ` or ` + "`go run ./bench -part affinity`" + `; the
   other part's section below is kept as it is. Sizes and durations:
