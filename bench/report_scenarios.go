@@ -94,7 +94,7 @@ second.
 		}
 		table(&b, append(head, "ceiling", "of the ceiling", "requests", "failed"), rows)
 
-		sticky, ok := scenarioPolicy(sc, "session_sticky")
+		sticky, ok := sc.policy("session_sticky")
 		if !ok {
 			continue
 		}
@@ -141,7 +141,7 @@ second.
 func scenarioVariantsNote(res *affinityResult) string {
 	var b strings.Builder
 	for _, sc := range res.Scenarios {
-		sticky, ok := scenarioPolicy(sc, "session_sticky")
+		sticky, ok := sc.policy("session_sticky")
 		if !ok {
 			continue
 		}
@@ -177,16 +177,6 @@ var policyOptions = map[string]string{
 // figures a tie.
 const tieMargin = 0.03
 
-// scenarioPolicy returns a policy's result in a scenario.
-func scenarioPolicy(sc scenarioResult, name string) (policyResult, bool) {
-	for _, p := range sc.Policies {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return policyResult{}, false
-}
-
 // isVariant reports whether a policy is session_sticky with other
 // options: the plugin itself, not a peer.
 func isVariant(name string) bool { return strings.HasPrefix(name, "sticky_") }
@@ -196,7 +186,7 @@ func isVariant(name string) bool { return strings.HasPrefix(name, "sticky_") }
 func scenarioLosses(res *affinityResult, oracle bool) []string {
 	var out []string
 	for _, sc := range res.Scenarios {
-		sticky, ok := scenarioPolicy(sc, "session_sticky")
+		sticky, ok := sc.policy("session_sticky")
 		if !ok {
 			continue
 		}
@@ -231,12 +221,12 @@ func scenarioLosses(res *affinityResult, oracle bool) []string {
 func scenarioOracleNote(res *affinityResult) string {
 	var parts []string
 	for _, sc := range res.Scenarios {
-		o, ok := scenarioPolicy(sc, "oracle")
+		o, ok := sc.policy("oracle")
 		if !ok {
 			continue
 		}
 		part := fmt.Sprintf("at %g×, the oracle %s of %s (%s)", sc.Pressure, pct(o.Ratio()), pct(o.Ceiling()), ratio(fraction64(o.Ratio(), o.Ceiling())))
-		if s, ok := scenarioPolicy(sc, "session_sticky"); ok {
+		if s, ok := sc.policy("session_sticky"); ok {
 			part += fmt.Sprintf(", session_sticky %s of %s (%s)", pct(s.Ratio()), pct(s.Ceiling()), ratio(fraction64(s.Ratio(), s.Ceiling())))
 		}
 		parts = append(parts, part)

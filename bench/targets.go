@@ -115,9 +115,16 @@ func affinityTargets(res *affinityResult) []target {
 // phaseNames label the phases.
 var phaseNames = [phases]string{"0–25 %", "25–50 %", "50–75 %", "75–100 %"}
 
-// policy returns the result of the named policy.
-func (r *affinityResult) policy(name string) (policyResult, bool) {
-	for _, p := range r.Policies {
+// policy returns the result of the named policy in the run through the
+// events.
+func (r *affinityResult) policy(name string) (policyResult, bool) { return findPolicy(r.Policies, name) }
+
+// policy returns the result of the named policy in the scenario.
+func (sc scenarioResult) policy(name string) (policyResult, bool) { return findPolicy(sc.Policies, name) }
+
+// findPolicy returns the result of the named policy among results.
+func findPolicy(results []policyResult, name string) (policyResult, bool) {
+	for _, p := range results {
 		if p.Name == name {
 			return p, true
 		}
