@@ -117,10 +117,14 @@ var phaseNames = [phases]string{"0–25 %", "25–50 %", "50–75 %", "75–100 
 
 // policy returns the result of the named policy in the run through the
 // events.
-func (r *affinityResult) policy(name string) (policyResult, bool) { return findPolicy(r.Policies, name) }
+func (r *affinityResult) policy(name string) (policyResult, bool) {
+	return findPolicy(r.Policies, name)
+}
 
 // policy returns the result of the named policy in the scenario.
-func (sc scenarioResult) policy(name string) (policyResult, bool) { return findPolicy(sc.Policies, name) }
+func (sc scenarioResult) policy(name string) (policyResult, bool) {
+	return findPolicy(sc.Policies, name)
+}
 
 // findPolicy returns the result of the named policy among results.
 func findPolicy(results []policyResult, name string) (policyResult, bool) {
