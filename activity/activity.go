@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sessionkeeping/caddy-session-keeping/session"
@@ -82,7 +83,11 @@ type Log struct {
 	requests    int    // requests held in all records
 	dropped     uint64 // requests dropped to keep the bounds
 	upstreams   map[string]*Tokens
-	shared      map[string]string // see share
+
+	// The strings records share (see share): their own sync.Map, so that
+	// sharing takes nothing from mu's hold time; read mostly, once full.
+	shared  sync.Map // string → the same string
+	nShared atomic.Int32
 }
 
 // record is one session's entry: a summary and a ring of its latest
@@ -104,18 +109,17 @@ func New(maxSessions, maxRequests int) *Log {
 	if maxRequests <= 0 {
 		maxRequests = DefaultMaxRequests
 	}
-	return &Log{maxSessions: maxSessions, maxRequests: maxRequests, records: make(map[session.Key]*record),
-		upstreams: make(map[string]*Tokens), shared: make(map[string]string)}
+	return &Log{maxSessions: maxSessions, maxRequests: maxRequests, records: make(map[session.Key]*record), upstreams: make(map[string]*Tokens)}
 }
 
 // Record adds a request to the session s; id is stored only when not empty.
 func (l *Log) Record(s *session.Session, id string, req Request) {
 	req.Method = ownMethod(req.Method)
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	req.Path = l.share(req.Path[:min(len(req.Path), maxPathLen)])
 	req.Model = l.share(req.Model[:min(len(req.Model), maxModelLen)])
 	req.Upstream = l.share(req.Upstream)
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	r := l.records[s.Key]
 	if r == nil {
 		r = &record{key: s.Key, summary: Summary{Source: s.Source, FirstSeen: req.Time}}
@@ -157,17 +161,20 @@ func (l *Log) Record(s *session.Session, id string, req Request) {
 // each, the garbage collector marks a few objects on every cycle instead
 // of one or two per request, which shortens its cycles and the latency
 // they add. The table is bounded: once full, strings are copied one by
-// one. The caller holds l.mu.
+// one (racing callers may overshoot the bound by a few).
 func (l *Log) share(s string) string {
 	if s == "" {
 		return ""
 	}
-	if own, ok := l.shared[s]; ok {
-		return own
+	if own, ok := l.shared.Load(s); ok {
+		return own.(string)
 	}
 	own := strings.Clone(s)
-	if len(l.shared) < maxShared {
-		l.shared[own] = own
+	if l.nShared.Load() < maxShared {
+		if prev, loaded := l.shared.LoadOrStore(own, own); loaded {
+			return prev.(string)
+		}
+		l.nShared.Add(1)
 	}
 	return own
 }

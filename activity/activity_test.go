@@ -166,8 +166,8 @@ func TestRecordsShareStrings(t *testing.T) {
 		r.Path = fmt.Sprint("/path/", i)
 		l.Record(sess(1000+i), "", r)
 	}
-	if len(l.shared) > maxShared {
-		t.Errorf("%d shared strings, bound %d", len(l.shared), maxShared)
+	if n := l.nShared.Load(); n > maxShared {
+		t.Errorf("%d shared strings, bound %d", n, maxShared)
 	}
 	if _, got, _ := l.Session(sess(1000 + 2*maxShared - 1).Key); got[0].Path != fmt.Sprint("/path/", 2*maxShared-1) {
 		t.Errorf("a path past the bound reads %q", got[0].Path)
