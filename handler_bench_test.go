@@ -64,7 +64,7 @@ func BenchmarkHandlerBaseline(b *testing.B) {
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("X-Session-Id", "session-a")
 		repl := caddy.NewReplacer()
-		r = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+		_ = r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
 		w.WriteHeader(http.StatusOK)
 	}
 }

@@ -394,7 +394,7 @@ type exchange struct {
 // a single placeholder (as the default is) is looked up directly, which
 // costs no allocation when it is unset or a string.
 func scopeValue(repl *caddy.Replacer, s string) string {
-	if len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' && strings.IndexAny(s[1:len(s)-1], "{}") < 0 {
+	if len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' && !strings.ContainsAny(s[1:len(s)-1], "{}") {
 		v, ok := repl.Get(s[1 : len(s)-1])
 		if !ok || v == nil {
 			return ""
