@@ -1,6 +1,7 @@
 package sessionkeeping
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -109,10 +110,7 @@ func tokenCountersOf(hostport, decision string) *tokenCounters {
 		prompt:   promptTokens.WithLabelValues(label, decision),
 		cached:   cachedTokens.WithLabelValues(label, decision),
 	}
-	m := make(map[counterKey]*tokenCounters, len(old)+1)
-	for key, v := range old {
-		m[key] = v
-	}
+	m := maps.Clone(old)
 	m[k] = c
 	// The map is keyed by dial address, and dynamic upstreams can bring
 	// new ones without end: past maxCachedCounters keys, new ones are not
